@@ -1,0 +1,6 @@
+package main
+
+import "io"
+
+func benchSample(args []string, out io.Writer) error  { return errNotYet }
+func benchCollect(args []string, out io.Writer) error { return errNotYet }

@@ -1,0 +1,3 @@
+// Package collective implements communicators and their blocking collectives over
+// pluggable transports (in-process, shared memory, TCP, NCCL).
+package collective
