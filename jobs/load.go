@@ -1,0 +1,273 @@
+package jobs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"gear/rank"
+)
+
+// ErrNoSpec is returned by FromEnv when the process was not launched from a job
+// spec (GEAR_JOB_SPEC is unset).
+var ErrNoSpec = errors.New("jobs: no job spec: " + rank.EnvJobSpec + " is not set")
+
+// FromEnv loads the job spec the process was launched from: gearrun passes its
+// path to every rank as GEAR_JOB_SPEC. It returns ErrNoSpec when the variable is
+// unset, so a program can fall back to its own settings.
+func FromEnv() (*Spec, error) {
+	path := os.Getenv(rank.EnvJobSpec)
+	if path == "" {
+		return nil, ErrNoSpec
+	}
+	return Load(path)
+}
+
+// Load reads, decodes, defaults and validates the job spec at path. A spec
+// without a name takes the file's base name without its extension.
+func Load(path string) (*Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("jobs: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse decodes a job spec from TOML data in strict mode, fills in defaults and
+// validates it. file names the source in errors (and gives the default name);
+// it may be "". Every error starts with "jobs: ", then file:line:column where the
+// decoder knows them, then the field path: an unknown key is
+// "jobs: job.toml:3:1: launch.npp: unknown key".
+func Parse(data []byte, file string) (*Spec, error) {
+	s, err := decode(data, file)
+	if err != nil {
+		return nil, err
+	}
+	if s.Name == "" && file != "" {
+		s.Name = strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
+	}
+	s.SetDefaults()
+	if err := s.Validate(); err != nil {
+		return nil, prefixFile(err, file)
+	}
+	return s, nil
+}
+
+// Decode decodes a job spec from TOML data in strict mode, without defaults or
+// validation; it is what Parse does first. Errors are as Parse's.
+func Decode(data []byte, file string) (*Spec, error) { return decode(data, file) }
+
+func decode(data []byte, file string) (*Spec, error) {
+	var s Spec
+	dec := toml.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, decodeError(err, data, file)
+	}
+	// A bare integer decodes into a Duration as nanoseconds; nobody means that.
+	var raw map[string]any
+	if err := toml.Unmarshal(data, &raw); err != nil {
+		return nil, decodeError(err, data, file)
+	}
+	if errs := checkDurations(raw, reflect.TypeFor[Spec](), ""); len(errs) > 0 {
+		return nil, prefixFile(errors.Join(errs...), file)
+	}
+	return &s, nil
+}
+
+// where formats the location prefix "file:line:column: ", leaving out what is
+// unknown.
+func where(file string, line, col int) string {
+	switch {
+	case file != "" && line > 0:
+		return fmt.Sprintf("%s:%d:%d: ", file, line, col)
+	case file != "":
+		return file + ": "
+	case line > 0:
+		return fmt.Sprintf("line %d, column %d: ", line, col)
+	}
+	return ""
+}
+
+var mismatchRE = regexp.MustCompile(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
+
+func decodeError(err error, data []byte, file string) error {
+	var strict *toml.StrictMissingError
+	if errors.As(err, &strict) {
+		errs := make([]error, 0, len(strict.Errors))
+		for i := range strict.Errors {
+			e := &strict.Errors[i]
+			line, col := e.Position()
+			key := indexArrayTables(data, e.Key(), line)
+			errs = append(errs, fmt.Errorf("jobs: %s%s: unknown key", where(file, line, col), key))
+		}
+		return errors.Join(errs...)
+	}
+	var de *toml.DecodeError
+	if errors.As(err, &de) {
+		line, col := de.Position()
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
+		if m := mismatchRE.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("want %s, got TOML %s", m[2], m[1])
+		}
+		key := keyPath(de.Key())
+		if key != "" {
+			key += ": "
+		}
+		return fmt.Errorf("jobs: %s%s%s", where(file, line, col), key, msg)
+	}
+	return fmt.Errorf("jobs: %s%w", where(file, 0, 0), err)
+}
+
+// indexArrayTables writes key as a field path with the index of the array
+// table it is in: the strict decoder says "group.foo" for a key on line 12, and
+// if line 12 is under the second [[group]] header, the path is "group[1].foo".
+// Only headers of the form [[a.b]] are counted; keys in inline arrays keep no
+// index.
+func indexArrayTables(data []byte, key toml.Key, line int) string {
+	lines := strings.Split(string(data), "\n")
+	if line > len(lines) {
+		line = len(lines)
+	}
+	for n := len(key) - 1; n >= 1; n-- {
+		header := "[[" + strings.Join(key[:n], ".") + "]]"
+		count := 0
+		for _, l := range lines[:max(line-1, 0)] {
+			l, _, _ = strings.Cut(l, "#")
+			if strings.ReplaceAll(strings.ReplaceAll(l, " ", ""), "\t", "") == header {
+				count++
+			}
+		}
+		if count > 0 {
+			return fmt.Sprintf("%s[%d].%s", keyPath(key[:n]), count-1, keyPath(key[n:]))
+		}
+	}
+	return keyPath(key)
+}
+
+// keyPath joins a TOML key, quoting the parts that are not bare keys.
+func keyPath(k toml.Key) string {
+	parts := make([]string, len(k))
+	for i, p := range k {
+		if bareKey(p) {
+			parts[i] = p
+		} else {
+			parts[i] = fmt.Sprintf("%q", p)
+		}
+	}
+	return strings.Join(parts, ".")
+}
+
+func bareKey(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// prefixFile puts "file: " after the "jobs: " of each line of err.
+func prefixFile(err error, file string) error {
+	if file == "" {
+		return err
+	}
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	out := make([]error, len(errs))
+	for i, e := range errs {
+		out[i] = &fileError{file: file, err: e}
+	}
+	return errors.Join(out...)
+}
+
+// fileError is an error about a spec file; it unwraps to the error it names the
+// file for, so errors.As still finds a *FieldError.
+type fileError struct {
+	file string
+	err  error
+}
+
+func (e *fileError) Error() string {
+	msg := e.err.Error()
+	if rest, ok := strings.CutPrefix(msg, "jobs: "); ok {
+		return "jobs: " + e.file + ": " + rest
+	}
+	return "jobs: " + e.file + ": " + msg
+}
+
+func (e *fileError) Unwrap() error { return e.err }
+
+var durationType = reflect.TypeFor[Duration]()
+
+// checkDurations reports Duration fields whose TOML value is not a string.
+func checkDurations(raw map[string]any, t reflect.Type, path string) []error {
+	var errs []error
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		v, ok := raw[name]
+		if !ok {
+			continue
+		}
+		p := join(path, name)
+		ft := f.Type
+		if ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch {
+		case ft == durationType:
+			if _, isString := v.(string); !isString {
+				errs = append(errs, &FieldError{Field: p, Problem: fmt.Sprintf("want a duration string such as \"90s\", got %v", v)})
+			}
+		case ft.Kind() == reflect.Struct:
+			if m, ok := v.(map[string]any); ok {
+				errs = append(errs, checkDurations(m, ft, p)...)
+			}
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			if list, ok := v.([]any); ok {
+				for j, item := range list {
+					if m, ok := item.(map[string]any); ok {
+						errs = append(errs, checkDurations(m, ft.Elem(), fmt.Sprintf("%s[%d]", p, j))...)
+					}
+				}
+			}
+		}
+	}
+	return errs
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// Marshal encodes s as TOML that Parse reads back to an equal Spec.
+func Marshal(s *Spec) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := toml.NewEncoder(&buf)
+	enc.SetIndentTables(true)
+	if err := enc.Encode(s); err != nil {
+		return nil, fmt.Errorf("jobs: encode spec: %w", err)
+	}
+	return buf.Bytes(), nil
+}

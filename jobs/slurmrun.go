@@ -1,0 +1,552 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/uuid"
+
+	"gear/launch"
+	"gear/rank"
+)
+
+// SlurmRun runs a job inside a SLURM allocation, on its first node: it is what
+// the batch script's `gearrun run --slurm` does. It starts the rendezvous
+// coordinator on this node, at the port RendezvousPort derives from the SLURM
+// job ID (or [slurm].rdzv_port), and one srun step whose tasks are
+// `gearrun run --slurm-task` (RunSlurmTask), one per rank.
+type SlurmRun struct {
+	Spec *Spec
+	// SpecPath is the spec's path, passed to the tasks (GEAR_JOB_SPEC).
+	SpecPath string
+	// JobDir is the job's directory in the state directory; the tasks write their
+	// exit statuses there and Run writes result.json. "" keeps no records.
+	JobDir string
+	// Gearrun is the gearrun binary the tasks run; usually os.Executable().
+	Gearrun string
+	// TaskArgs are the arguments after Gearrun that make it a task; nil means
+	// ["run", "--slurm-task"].
+	TaskArgs []string
+	// Srun is the srun binary; "" means "srun" from PATH.
+	Srun string
+	// ListenAddr is where the coordinator listens; "" means every interface at
+	// the rendezvous port. The ranks dial the first node of the allocation at the
+	// port the coordinator got.
+	ListenAddr string
+	// Getenv reads the environment (SLURM_*, GEAR_JOB_ID, GEAR_JOB_TOKEN); nil
+	// means os.Getenv.
+	Getenv func(string) string
+	// Stdout and Stderr receive srun's output and gearrun's messages (nil
+	// discards).
+	Stdout, Stderr io.Writer
+	// Logger receives the coordinator's news; nil discards.
+	Logger *slog.Logger
+}
+
+// Run runs the job to its end and returns gearrun's account of it; the Result's
+// ExitCode is what gearrun exits with. Cancelling ctx (SIGTERM from scancel)
+// stops srun with SIGTERM, and with SIGKILL after [launch].grace. The error is
+// for a job that could not start.
+func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
+	stdout, stderr := sr.Stdout, sr.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	s := sr.Spec
+	getenv := sr.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	logger := sr.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	slurmID := getenv(rank.EnvSlurmJobID)
+	if slurmID == "" {
+		return nil, fmt.Errorf("jobs: run --slurm: %s is not set; run it inside a SLURM allocation (gearrun submit)", rank.EnvSlurmJobID)
+	}
+	hosts, err := rank.ParseHostlist(getenv(rank.EnvSlurmNodeList))
+	if err != nil {
+		return nil, fmt.Errorf("jobs: run --slurm: %s: %w", rank.EnvSlurmNodeList, err)
+	}
+	jobID := getenv(rank.EnvJobID)
+	if jobID == "" {
+		jobID = uuid.NewString()
+	}
+	token := getenv(rank.EnvJobToken)
+	if token == "" {
+		token = rank.NewToken()
+	}
+	s, specPath, cleanup, err := sr.buildPrograms(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	world := s.WorldSize()
+	port := s.Slurm.RdzvPort
+	if port == 0 {
+		port = RendezvousPort(slurmID)
+	}
+
+	listen := sr.ListenAddr
+	if listen == "" {
+		listen = net.JoinHostPort("", strconv.Itoa(port))
+	}
+	cfg := rank.CoordinatorConfig{
+		Addr:    listen,
+		JobID:   jobID,
+		Token:   token,
+		Size:    world,
+		Timeout: s.Launch.RdzvTimeout.D(),
+		Logger:  logger,
+		OnFail: func(err error) {
+			fmt.Fprintf(stderr, "gearrun: rendezvous failed: %v\n", err)
+		},
+		OnLost: func(r int, reason string) {
+			fmt.Fprintf(stderr, "gearrun: lost rank %d: %s\n", r, reason)
+		},
+	}
+	coord, err := rank.NewCoordinator(cfg)
+	if err != nil && sr.ListenAddr == "" && s.Slurm.RdzvPort == 0 {
+		// The derived port is taken (another job whose ID ends alike, or another
+		// service): any port will do, since the ranks are told the address.
+		fmt.Fprintf(stderr, "gearrun: rendezvous port %d is taken (%v); using a free port\n", port, err)
+		cfg.Addr = ":0"
+		coord, err = rank.NewCoordinator(cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jobs: run --slurm: %w", err)
+	}
+	defer coord.Close()
+	_, gotPort, _ := net.SplitHostPort(coord.Addr())
+	rdzv := net.JoinHostPort(hosts[0], gotPort)
+
+	if sr.JobDir != "" {
+		// A requeued job runs again in the same directory: forget the last run's
+		// failed ranks.
+		ranks := filepath.Join(sr.JobDir, RanksDir)
+		os.RemoveAll(ranks)
+		if err := os.MkdirAll(ranks, 0o700); err != nil {
+			return nil, fmt.Errorf("jobs: run --slurm: %w", err)
+		}
+	}
+	taskArgs := sr.TaskArgs
+	if taskArgs == nil {
+		taskArgs = []string{"run", "--slurm-task"}
+	}
+	srun := sr.Srun
+	if srun == "" {
+		srun = "srun"
+	}
+	args := []string{
+		"--ntasks=" + strconv.Itoa(world),
+		"--nodes=" + strconv.Itoa(s.Slurm.Nodes),
+		"--cpus-per-task=" + strconv.Itoa(s.Slurm.CPUsPerTask),
+		"--distribution=block",
+		"--kill-on-bad-exit=1",
+		"--label",
+		sr.Gearrun,
+	}
+	args = append(args, taskArgs...)
+	if sr.JobDir != "" {
+		args = append(args, "--job-dir", sr.JobDir)
+	}
+	args = append(args, specPath)
+
+	runCtx := ctx
+	if t := s.Launch.Timeout.D(); t > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(runCtx, srun, args...)
+	cmd.Env = append(os.Environ(),
+		rank.EnvJobID+"="+jobID,
+		rank.EnvJobToken+"="+token,
+		rank.EnvRdzvAddr+"="+rdzv,
+		rank.EnvJobSpec+"="+specPath,
+	)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = s.Launch.Grace.D()
+
+	fmt.Fprintf(stderr, "gearrun: job %s (%s, SLURM job %s): %d ranks on %s, rendezvous at %s\n",
+		s.Name, jobID, slurmID, world, strings.Join(hosts, ","), rdzv)
+	runErr := cmd.Run()
+
+	res := &Result{FailedRanks: readRankExits(sr.JobDir)}
+	switch {
+	case runErr == nil:
+		res.Message = fmt.Sprintf("job %s completed: %d ranks exited with status 0", s.Name, world)
+	case runCtx.Err() != nil && ctx.Err() == nil:
+		res.ExitCode = 124
+		res.Message = fmt.Sprintf("job %s timed out after %s (launch.timeout)", s.Name, s.Launch.Timeout)
+	case ctx.Err() != nil:
+		res.ExitCode = 143
+		res.Message = fmt.Sprintf("job %s was stopped", s.Name)
+	default:
+		res.ExitCode = 1
+		var exit *exec.ExitError
+		if errors.As(runErr, &exit) && exit.ExitCode() > 0 {
+			res.ExitCode = exit.ExitCode()
+		}
+		if len(res.FailedRanks) > 0 {
+			// srun exits with the highest status of its tasks; gearrun exits
+			// with the status of the rank that failed first.
+			res.ExitCode = res.FailedRanks[0].Status
+			res.Message = fmt.Sprintf("job %s failed: %s", s.Name, res.FailedRanks[0])
+		} else {
+			res.Message = fmt.Sprintf("job %s failed: srun: %v", s.Name, runErr)
+		}
+	}
+	fmt.Fprintf(stderr, "gearrun: %s\n", res.Message)
+	if sr.JobDir != "" {
+		if err := WriteResult(sr.JobDir, res); err != nil {
+			fmt.Fprintf(stderr, "gearrun: %v\n", err)
+		}
+	}
+	return res, nil
+}
+
+// buildPrograms builds the roles whose command names a Go package directory
+// (as the local launcher does), once, into the job directory (or a temporary
+// directory beside the spec, which cleanup removes), and returns the spec with
+// those commands replaced, written next to the binaries for the tasks to read.
+// Without Go packages it returns the spec and its path unchanged.
+func (sr *SlurmRun) buildPrograms(ctx context.Context) (*Spec, string, func(), error) {
+	s := sr.Spec
+	noop := func() {}
+	var build []int
+	roles := s.Roles()
+	for i, ro := range roles {
+		if launch.IsGoPackageDir(ro.Command[0]) {
+			build = append(build, i)
+		}
+	}
+	if len(build) == 0 {
+		return s, sr.SpecPath, noop, nil
+	}
+	dir, cleanup := sr.JobDir, noop
+	if dir == "" {
+		tmp, err := os.MkdirTemp(filepath.Dir(sr.SpecPath), ".gear-run-")
+		if err != nil {
+			return nil, "", noop, fmt.Errorf("jobs: run --slurm: %w", err)
+		}
+		dir, cleanup = tmp, func() { os.RemoveAll(tmp) }
+	}
+	binDir := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o700); err != nil {
+		cleanup()
+		return nil, "", noop, fmt.Errorf("jobs: run --slurm: %w", err)
+	}
+	c := *s
+	c.Launch.Command = slices.Clone(s.Launch.Command)
+	c.Groups = slices.Clone(s.Groups)
+	built := map[string]string{}
+	for _, i := range build {
+		pkg := roles[i].Command[0]
+		bin, ok := built[pkg]
+		if !ok {
+			name := strings.Trim(filepath.Base(filepath.Clean(pkg)), ".")
+			if name == "" {
+				name = "main"
+			}
+			out := filepath.Join(binDir, fmt.Sprintf("%d-%s", len(built), name))
+			var err error
+			if bin, err = launch.BuildGo(ctx, pkg, out, sr.Stderr); err != nil {
+				cleanup()
+				return nil, "", noop, fmt.Errorf("jobs: run --slurm: %w", err)
+			}
+			built[pkg] = bin
+		}
+		if len(c.Groups) == 0 {
+			c.Launch.Command[0] = bin
+		} else {
+			c.Groups[i].Command = slices.Clone(c.Groups[i].Command)
+			c.Groups[i].Command[0] = bin
+		}
+	}
+	b, err := Marshal(&c)
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(dir, "run.toml"), b, 0o600)
+	}
+	if err != nil {
+		cleanup()
+		return nil, "", noop, fmt.Errorf("jobs: run --slurm: %w", err)
+	}
+	return &c, filepath.Join(dir, "run.toml"), cleanup, nil
+}
+
+func (e RankExit) String() string {
+	who := fmt.Sprintf("rank %d", e.Rank)
+	if e.Role != "" {
+		who += fmt.Sprintf(" (%s %d)", e.Role, e.RoleRank)
+	}
+	if e.Host != "" {
+		who += " on " + e.Host
+	}
+	if e.Signal != "" {
+		return who + " was killed by signal " + e.Signal
+	}
+	return fmt.Sprintf("%s exited with status %d", who, e.Status)
+}
+
+// readRankExits reads the ranks' exit records, earliest first.
+func readRankExits(dir string) []RankExit {
+	if dir == "" {
+		return nil
+	}
+	entries, _ := os.ReadDir(filepath.Join(dir, RanksDir))
+	var out []RankExit
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, RanksDir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var re RankExit
+		if json.Unmarshal(b, &re) == nil {
+			out = append(out, re)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RankExit) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return a.Rank - b.Rank
+	})
+	return out
+}
+
+// SlurmTask runs one rank of a job under srun: it is what `gearrun run
+// --slurm-task` does in every task of the step that SlurmRun starts. It reads
+// its place from SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and
+// SLURM_JOB_NODELIST (rank.FromEnv), finds its role in the spec, and runs the
+// role's command with the GEAR_* contract in its environment.
+type SlurmTask struct {
+	Spec     *Spec
+	SpecPath string
+	// JobDir receives this rank's exit record when it fails; "" keeps none.
+	JobDir string
+	// Lookup reads the environment; nil means os.LookupEnv.
+	Lookup func(string) (string, bool)
+	// Environ is the environment the rank's command starts from; nil means
+	// os.Environ().
+	Environ []string
+	Stdin   io.Reader
+	Stdout  io.Writer
+	Stderr  io.Writer
+	// Now stamps exit records; nil means time.Now.
+	Now func() time.Time
+}
+
+// Run runs the rank's command and returns the exit status to exit with: the
+// command's status, or 128+signal when a signal killed it. On a non-zero status
+// it prints gear's message naming the rank on Stderr and records a RankExit in
+// JobDir. Cancelling ctx (SIGTERM from SLURM) sends SIGTERM to the command's
+// process group, and SIGKILL after [launch].grace. The error is for a rank that
+// could not start.
+func (t *SlurmTask) Run(ctx context.Context) (int, error) {
+	if t.Stderr == nil {
+		t.Stderr = io.Discard
+	}
+	lookup := t.Lookup
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	// Read SLURM's facts even if GEAR_RANK leaked into the environment.
+	info, err := rank.FromLookup(func(k string) (string, bool) {
+		if k == rank.EnvRank {
+			return "", false
+		}
+		return lookup(k)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("jobs: run --slurm-task: %w", err)
+	}
+	if info.Source != rank.SourceSlurm {
+		return 0, fmt.Errorf("jobs: run --slurm-task: %s is not set; srun starts these tasks", rank.EnvSlurmProcID)
+	}
+	s := t.Spec
+	if info.Size != s.WorldSize() {
+		return 0, fmt.Errorf("jobs: run --slurm-task: srun started %d tasks but the spec has %d ranks", info.Size, s.WorldSize())
+	}
+	role, roleRank, _ := s.RoleOf(info.Rank)
+	info.Role, info.RoleRank = role.Name, roleRank
+	host, _ := lookup("SLURMD_NODENAME")
+	if host == "" {
+		host, _ = os.Hostname()
+	}
+
+	env := t.Environ
+	if env == nil {
+		env = os.Environ()
+	}
+	set := map[string]string{}
+	for k, v := range role.Env {
+		set[k] = v
+	}
+	for k, v := range rankEnv(info, s, t.SpecPath) {
+		set[k] = v
+	}
+	visible, _ := lookup(rank.EnvCUDAVisibleDevices)
+	dev, err := s.bindDevice(info.Rank, info.LocalRank, visibleGPUs(visible, s.Slurm.GPUsPerNode))
+	if err != nil {
+		return 0, fmt.Errorf("jobs: run --slurm-task: %w", err)
+	}
+	for k, v := range deviceEnv(dev) {
+		set[k] = v
+	}
+	env = mergeEnv(env, set)
+
+	cmd := exec.CommandContext(ctx, role.Command[0], role.Command[1:]...)
+	cmd.Env = env
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = t.Stdin, t.Stdout, t.Stderr
+	if dir := s.Launch.OutputDir; dir != "" {
+		// As the local launcher does: rank.<N>.stdout and rank.<N>.stderr.
+		files, err := openRankOutput(dir, info.Rank)
+		if err != nil {
+			return 0, fmt.Errorf("jobs: run --slurm-task: launch.output_dir: %w", err)
+		}
+		defer files[0].Close()
+		defer files[1].Close()
+		cmd.Stdout, cmd.Stderr = files[0], files[1]
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
+	cmd.WaitDelay = s.Launch.Grace.D()
+	if err := cmd.Start(); err != nil {
+		t.fail(RankExit{Rank: info.Rank, Role: info.Role, RoleRank: roleRank, Host: host, Status: 127})
+		return 127, fmt.Errorf("jobs: rank %d: %w", info.Rank, err)
+	}
+	err = cmd.Wait()
+	// Whatever the command left in its process group goes with it.
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	if err == nil {
+		return 0, nil
+	}
+	re := RankExit{Rank: info.Rank, Role: info.Role, RoleRank: roleRank, Host: host, Status: 1}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			re.Status = 128 + int(ws.Signal())
+			re.Signal = ws.Signal().String()
+		} else {
+			re.Status = exit.ExitCode()
+		}
+	}
+	if (re.Signal != "" || re.Status > 128) && ctx.Err() == nil {
+		// SLURM signals every process of the step at once (scancel, another
+		// rank's failure): the command may die of it (or a shell may exit
+		// 128+N) before this process has seen its own copy. Give that copy a
+		// moment to arrive.
+		select {
+		case <-ctx.Done():
+		case <-time.After(signalSettle):
+		}
+	}
+	if ctx.Err() == nil {
+		// A rank stopped by SLURM is not the cause; only a rank that failed on
+		// its own is reported.
+		t.fail(re)
+	}
+	return re.Status, nil
+}
+
+// signalSettle is how long a task waits for its own copy of a step-wide signal
+// after its command died of a signal.
+const signalSettle = 300 * time.Millisecond
+
+func (t *SlurmTask) fail(re RankExit) {
+	if t.Now != nil {
+		re.At = t.Now()
+	} else {
+		re.At = time.Now()
+	}
+	fmt.Fprintf(t.Stderr, "gearrun: %s\n", re)
+	if t.JobDir == "" {
+		return
+	}
+	b, _ := json.Marshal(re)
+	path := filepath.Join(t.JobDir, RanksDir, strconv.Itoa(re.Rank)+".json")
+	if err := writeFileAtomic(path, b, 0o600); err != nil {
+		fmt.Fprintf(t.Stderr, "gearrun: rank %d: %v\n", re.Rank, err)
+	}
+}
+
+// openRankOutput creates dir/rank.<r>.stdout and dir/rank.<r>.stderr.
+func openRankOutput(dir string, r int) ([2]*os.File, error) {
+	var files [2]*os.File
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return files, err
+	}
+	for i, stream := range []string{"stdout", "stderr"} {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("rank.%d.%s", r, stream)))
+		if err != nil {
+			if i == 1 {
+				files[0].Close()
+			}
+			return files, err
+		}
+		files[i] = f
+	}
+	return files, nil
+}
+
+// rankEnv is the GEAR_* contract for one rank.
+func rankEnv(info rank.Info, s *Spec, specPath string) map[string]string {
+	env := map[string]string{
+		rank.EnvRank:      strconv.Itoa(info.Rank),
+		rank.EnvWorldSize: strconv.Itoa(info.Size),
+		rank.EnvLocalRank: strconv.Itoa(info.LocalRank),
+		rank.EnvLocalSize: strconv.Itoa(info.LocalSize),
+		rank.EnvNodeRank:  strconv.Itoa(info.NodeRank),
+		rank.EnvNumNodes:  strconv.Itoa(info.NumNodes),
+		rank.EnvRole:      info.Role,
+		rank.EnvRoleRank:  strconv.Itoa(info.RoleRank),
+		rank.EnvRdzvAddr:  info.RdzvAddr,
+		rank.EnvJobID:     info.JobID,
+		rank.EnvJobToken:  info.Token,
+	}
+	if specPath != "" {
+		if abs, err := filepath.Abs(specPath); err == nil {
+			specPath = abs
+		}
+		env[rank.EnvJobSpec] = specPath
+	}
+	if d := s.Launch.RdzvTimeout; d > 0 {
+		env[rank.EnvRdzvTimeout] = d.String()
+	}
+	return env
+}
+
+// mergeEnv returns env with the variables of set replacing or added, sorted by
+// name for the added ones.
+func mergeEnv(env []string, set map[string]string) []string {
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, replaced := set[k]; !replaced {
+			out = append(out, kv)
+		}
+	}
+	for _, k := range sortedKeys(set) {
+		out = append(out, k+"="+set[k])
+	}
+	return out
+}

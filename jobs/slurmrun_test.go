@@ -1,0 +1,427 @@
+package jobs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gear/launch"
+	"gear/rank"
+)
+
+// fakeSrun is a stand-in for srun on one node: it starts --ntasks copies of the
+// command with SLURM's per-task variables, waits for all, and exits with the
+// highest status. With --kill-on-bad-exit it does not kill the others; the tests
+// do not depend on it.
+const fakeSrun = `#!/bin/sh
+n=1
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--ntasks=*) n=${1#--ntasks=} ;;
+	--*) ;;
+	*) break ;;
+	esac
+	shift
+done
+i=0
+pids=""
+while [ $i -lt $n ]; do
+	SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_LOCALID=$i SLURM_NODEID=0 \
+	SLURM_JOB_NUM_NODES=1 SLURM_TASKS_PER_NODE=$n SLURMD_NODENAME=fakenode "$@" &
+	pids="$pids $!"
+	i=$((i + 1))
+done
+rc=0
+for p in $pids; do
+	wait $p
+	s=$?
+	if [ $s -gt $rc ]; then rc=$s; fi
+done
+exit $rc
+`
+
+// syncBuffer is a bytes.Buffer that the exec package's copying goroutines and
+// the test may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// runFakeSlurm runs spec through SlurmRun with the fake srun, whose tasks are
+// this test binary acting as `gearrun run --slurm-task`.
+func runFakeSlurm(t *testing.T, doc string) (*Result, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	srun := filepath.Join(dir, "srun")
+	if err := os.WriteFile(srun, []byte(fakeSrun), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	specPath := filepath.Join(dir, "job.toml")
+	if err := os.WriteFile(specPath, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := Load(specPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobDir := filepath.Join(dir, "state")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envTestTask, "1")
+	t.Setenv(rank.EnvSlurmJobID, "4242")
+	t.Setenv(rank.EnvSlurmNodeList, "127.0.0.1")
+	t.Setenv(rank.EnvJobID, "")
+	t.Setenv(rank.EnvJobToken, "")
+	var stdout, stderr syncBuffer
+	sr := &SlurmRun{
+		Spec: spec, SpecPath: specPath, JobDir: jobDir,
+		Gearrun: self, TaskArgs: []string{}, Srun: srun, ListenAddr: "127.0.0.1:0",
+		Stdout: &stdout, Stderr: &stderr,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := sr.Run(ctx)
+	if err != nil {
+		t.Fatalf("SlurmRun: %v\nstderr:\n%s", err, stderr.String())
+	}
+	return res, stdout.String(), stderr.String()
+}
+
+func TestSlurmRunMPMDRendezvous(t *testing.T) {
+	res, out, errOut := runFakeSlurm(t, `
+name = "mpmd-test"
+[launch]
+rdzv_timeout = "90s"
+[launch.env]
+`+envTestRank+` = "1"
+`+envTestTask+` = "0"
+[[group]]
+role = "actor"
+np = 2
+command = ["`+os.Args[0]+`"]
+[[group]]
+role = "trainer"
+np = 1
+command = ["`+os.Args[0]+`"]
+`)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit code %d, message %q\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Message, out, errOut)
+	}
+	for _, want := range []string{
+		`rank 0/3 role "actor" 0/2 spec mpmd-test`,
+		`rank 1/3 role "actor" 1/2 spec mpmd-test`,
+		`rank 2/3 role "trainer" 0/1 spec mpmd-test`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s\nstderr:\n%s", want, out, errOut)
+		}
+	}
+	if !strings.Contains(res.Message, "completed") {
+		t.Errorf("message %q", res.Message)
+	}
+}
+
+func TestSlurmRunFailingRank(t *testing.T) {
+	res, out, errOut := runFakeSlurm(t, `
+name = "fails"
+[launch]
+np = 3
+grace = "1s"
+command = ["sh", "-c", "if [ \"$GEAR_RANK\" = 1 ]; then echo \"$GEAR_ROLE_RANK $GEAR_WORLD_SIZE\"; exit 7; fi"]
+`)
+	if res.ExitCode != 7 {
+		t.Errorf("exit code %d, want the failed rank's 7", res.ExitCode)
+	}
+	want := "job fails failed: rank 1 on fakenode exited with status 7"
+	if res.Message != want {
+		t.Errorf("message %q, want %q", res.Message, want)
+	}
+	if !strings.Contains(errOut, "gearrun: rank 1 on fakenode exited with status 7") {
+		t.Errorf("stderr lacks the rank's message:\n%s", errOut)
+	}
+	if !strings.Contains(out, "1 3") {
+		t.Errorf("rank 1 did not see GEAR_ROLE_RANK and GEAR_WORLD_SIZE: %q", out)
+	}
+	if len(res.FailedRanks) != 1 || res.FailedRanks[0].Rank != 1 || res.FailedRanks[0].Status != 7 {
+		t.Errorf("failed ranks %+v", res.FailedRanks)
+	}
+}
+
+func TestSlurmRunTimeout(t *testing.T) {
+	res, _, errOut := runFakeSlurm(t, `
+name = "slow"
+[launch]
+np = 2
+timeout = "500ms"
+grace = "1s"
+command = ["sleep", "60"]
+`)
+	if res.ExitCode != 124 || !strings.Contains(res.Message, "timed out") {
+		t.Errorf("exit %d message %q, want 124 and a timeout\nstderr:\n%s", res.ExitCode, res.Message, errOut)
+	}
+}
+
+func TestSlurmRunBuildsGoPackages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a Go program")
+	}
+	pkg := filepath.Join(t.TempDir(), "prog")
+	if err := os.MkdirAll(pkg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() { fmt.Println(\"built rank\", os.Getenv(\"GEAR_RANK\")) }\n"
+	if err := os.WriteFile(filepath.Join(pkg, "main.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A Go package outside any module builds as a lone file set in GOPATH mode
+	// only when GO111MODULE allows it; give it a module of its own instead.
+	if err := os.WriteFile(filepath.Join(pkg, "go.mod"), []byte("module prog\n\ngo 1.22\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(pkg)
+	res, out, errOut := runFakeSlurm(t, `
+name = "built"
+[launch]
+np = 2
+command = ["`+pkg+`"]
+`)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d: %s\nstderr:\n%s", res.ExitCode, res.Message, errOut)
+	}
+	for _, want := range []string{"built rank 0", "built rank 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSlurmTaskEnvironment(t *testing.T) {
+	spec, err := Parse([]byte(`
+name = "env"
+[launch]
+[launch.env]
+SHARED = "all"
+[[group]]
+role = "actor"
+np = 2
+command = ["sh", "-c", "env"]
+[[group]]
+role = "trainer"
+np = 2
+gpus_per_rank = 2
+command = ["sh", "-c", "env"]
+[group.env]
+SHARED = "trainer"
+[slurm]
+gpus_per_node = 4
+`), "env.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{
+		rank.EnvSlurmProcID: "3", rank.EnvSlurmNTasks: "4", rank.EnvSlurmLocalID: "3",
+		rank.EnvSlurmNodeID: "0", rank.EnvSlurmNodeList: "n[1-2]", rank.EnvSlurmJobID: "77",
+		rank.EnvSlurmTasksPerNode: "4", rank.EnvRdzvAddr: "n1:29577", rank.EnvJobID: "11111111-2222-3333-4444-555555555555",
+		rank.EnvJobToken: "secret", rank.EnvCUDAVisibleDevices: "4,5,6,7",
+		rank.EnvRank: "99", // leaked from an outer launch: must be ignored
+	}
+	var stdout, stderr bytes.Buffer
+	task := &SlurmTask{
+		Spec: spec, SpecPath: "env.toml",
+		Lookup:  func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+		Environ: []string{"PATH=" + os.Getenv("PATH"), "SHARED=outer", "KEEP=1"},
+		Stdout:  &stdout, Stderr: &stderr,
+	}
+	code, err := task.Run(context.Background())
+	if err != nil || code != 0 {
+		t.Fatalf("Run: %d %v\n%s", code, err, stderr.String())
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			got[k] = v
+		}
+	}
+	abs, _ := filepath.Abs("env.toml")
+	want := map[string]string{
+		rank.EnvRank: "3", rank.EnvWorldSize: "4", rank.EnvLocalRank: "3", rank.EnvLocalSize: "4",
+		rank.EnvNodeRank: "0", rank.EnvNumNodes: "2", rank.EnvRole: "trainer", rank.EnvRoleRank: "1",
+		rank.EnvRdzvAddr: "n1:29577", rank.EnvJobID: "11111111-2222-3333-4444-555555555555",
+		rank.EnvJobToken: "secret", rank.EnvJobSpec: abs,
+		// rank 2 (trainer 0) holds the node's GPUs 0-1 of 4,5,6,7; rank 3 the next two.
+		rank.EnvCUDAVisibleDevices: "6,7",
+		"SHARED":                   "trainer",
+		"KEEP":                     "1",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s=%q, want %q", k, got[k], v)
+		}
+	}
+}
+
+func TestSlurmTaskRefusesMismatchedWorld(t *testing.T) {
+	spec, err := Parse([]byte("name=\"w\"\n[launch]\nnp = 4\ncommand = [\"true\"]\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{rank.EnvSlurmProcID: "0", rank.EnvSlurmNTasks: "2", rank.EnvSlurmNodeList: "n1", rank.EnvRdzvAddr: "n1:1"}
+	task := &SlurmTask{Spec: spec, Lookup: func(k string) (string, bool) { v, ok := vars[k]; return v, ok }, Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
+	_, err = task.Run(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "srun started 2 tasks but the spec has 4 ranks") {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestBindDevice(t *testing.T) {
+	mk := func(doc string) *Spec {
+		t.Helper()
+		s, err := Parse([]byte("name=\"b\"\n"+doc), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tests := []struct {
+		name string
+		spec *Spec
+		gpus []string
+		want []launch.Device // by world rank, all on one node
+	}{
+		{"two per rank", mk("[launch]\nnp = 2\ngpus_per_rank = 2\ncommand = [\"x\"]\n"), nil,
+			[]launch.Device{{VisibleDevices: "0,1"}, {VisibleDevices: "2,3"}}},
+		{"visible list", mk("[launch]\nnp = 2\ngpus_per_rank = 1\ncommand = [\"x\"]\n"), []string{"3", "5"},
+			[]launch.Device{{VisibleDevices: "3"}, {VisibleDevices: "5"}}},
+		{"mps shares", mk("[launch]\nnp = 4\ngpus_per_rank = 1\ncommand = [\"x\"]\n[gmi]\nper_gpu = 2\nbackend = \"mps\"\n"), nil,
+			[]launch.Device{{VisibleDevices: "0", MPSThreadPercent: 50}, {VisibleDevices: "0", MPSThreadPercent: 50},
+				{VisibleDevices: "1", MPSThreadPercent: 50}, {VisibleDevices: "1", MPSThreadPercent: 50}}},
+		{"roles without GPUs", mk("[[group]]\nrole = \"a\"\nnp = 2\ncommand = [\"x\"]\n[[group]]\nrole = \"t\"\nnp = 1\ngpus_per_rank = 1\ncommand = [\"y\"]\n"), nil,
+			[]launch.Device{{}, {}, {VisibleDevices: "0"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []launch.Device
+			for r := range tt.spec.WorldSize() {
+				d, err := tt.spec.bindDevice(r, r, tt.gpus)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, d)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("bindings %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	s := mk("[launch]\nnp = 3\ngpus_per_rank = 1\ncommand = [\"x\"]\n")
+	if _, err := s.bindDevice(2, 2, []string{"0", "1"}); err == nil || !strings.Contains(err.Error(), "rank 2 needs GPU 2 of its node, which has 2") {
+		t.Errorf("binding past the node's GPUs: %v", err)
+	}
+}
+
+func TestPlanFromSpec(t *testing.T) {
+	spec, err := Load("../examples/jobs/mpmd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := spec.Plan("../examples/jobs/mpmd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Size() != 4 || len(p.Roles) != 2 || p.Roles[0].Name != "actor" || p.Roles[1].Name != "trainer" {
+		t.Fatalf("plan roles %+v", p.Roles)
+	}
+	if got := time.Duration(p.RdzvTimeout); got != 2*time.Minute {
+		t.Errorf("rdzv timeout %v, want 2m", got)
+	}
+	abs, _ := filepath.Abs("../examples/jobs/mpmd.toml")
+	env := p.Environ(1, p.RdzvAddr)
+	for _, want := range []string{rank.EnvJobSpec + "=" + abs, "GEAR_TRANSPORT=tcp", "ACTOR_ENVS=16", rank.EnvRole + "=actor", rank.EnvRoleRank + "=1"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("rank 1's environment lacks %s: %q", want, env)
+		}
+	}
+	if slices.Contains(p.Environ(3, p.RdzvAddr), "ACTOR_ENVS=16") {
+		t.Error("the trainer got the actor group's env")
+	}
+	var text bytes.Buffer
+	if err := p.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`role trainer: ranks 3`).MatchString(text.String()) {
+		t.Errorf("dry-run text:\n%s", text.String())
+	}
+	opts := spec.Options()
+	if opts.Timeout != 10*time.Minute || opts.Grace != DefaultGrace || !opts.TagOutput {
+		t.Errorf("options %+v", opts)
+	}
+}
+
+func TestRendezvousPortMatchesRank(t *testing.T) {
+	// rank.FromEnv derives the same port for ranks started by srun alone.
+	info, err := rank.FromLookup(func(k string) (string, bool) {
+		v, ok := map[string]string{
+			rank.EnvSlurmProcID: "1", rank.EnvSlurmNTasks: "2", rank.EnvSlurmJobID: "123456",
+			rank.EnvSlurmNodeList: "gpu[07-08]",
+		}[k]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("gpu07:%d", RendezvousPort("123456")); info.RdzvAddr != want {
+		t.Fatalf("rank derives %s, jobs %s", info.RdzvAddr, want)
+	}
+}
+
+func TestSlurmTaskOutputDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	spec, err := Parse([]byte(`name = "o"
+[launch]
+np = 2
+output_dir = "`+dir+`"
+command = ["sh", "-c", "echo out $GEAR_RANK; echo err $GEAR_RANK >&2"]
+`), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{rank.EnvSlurmProcID: "1", rank.EnvSlurmNTasks: "2", rank.EnvSlurmLocalID: "1",
+		rank.EnvSlurmNodeList: "n1", rank.EnvRdzvAddr: "n1:1", rank.EnvJobID: "11111111-2222-3333-4444-555555555555"}
+	var stdout, stderr bytes.Buffer
+	task := &SlurmTask{Spec: spec, Lookup: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+		Stdout: &stdout, Stderr: &stderr}
+	if code, err := task.Run(context.Background()); code != 0 || err != nil {
+		t.Fatalf("Run: %d %v", code, err)
+	}
+	for file, want := range map[string]string{"rank.1.stdout": "out 1\n", "rank.1.stderr": "err 1\n"} {
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err != nil || string(b) != want {
+			t.Errorf("%s = %q, %v; want %q", file, b, err, want)
+		}
+	}
+	if stdout.Len()+stderr.Len() != 0 {
+		t.Errorf("output went to the task's streams too: %q %q", stdout.String(), stderr.String())
+	}
+}

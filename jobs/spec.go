@@ -1,0 +1,351 @@
+package jobs
+
+import (
+	"maps"
+	"time"
+)
+
+// Spec is a job spec: what to run, how many ranks of each role, and where. It is
+// decoded from TOML by Load or Parse; the zero values of its fields are filled by
+// SetDefaults and checked by Validate.
+//
+// An SPMD job sets [launch].np and [launch].command; an MPMD job lists [[group]]s
+// instead, one per role, and keeps [launch] for what the roles share (env,
+// timeout, grace, output_dir).
+type Spec struct {
+	// Name names the job in SLURM and in gear's records; Load defaults it to the
+	// spec file's base name.
+	Name   string  `toml:"name"`
+	Launch Launch  `toml:"launch"`
+	Groups []Group `toml:"group,omitempty"`
+	GMI    GMI     `toml:"gmi"`
+	Slurm  Slurm   `toml:"slurm"`
+	// Table describes the replay table the job's programs build; nil when the
+	// spec has no [table].
+	Table *Table `toml:"table,omitempty"`
+}
+
+// Launch is the [launch] section.
+type Launch struct {
+	// NP is the number of ranks of an SPMD job (default 1). With [[group]]s it is
+	// either 0 or the sum of the groups' np.
+	NP int `toml:"np,omitempty"`
+	// Command is the program and its arguments, e.g. ["./bin/hello", "-n", "3"];
+	// relative paths are relative to the directory gearrun runs in. Empty with
+	// [[group]]s.
+	Command []string `toml:"command,omitempty"`
+	// Env is added to every rank's environment (groups can override keys).
+	Env map[string]string `toml:"env,omitempty"`
+	// GPUsPerRank is the number of GPUs bound to each rank of an SPMD job.
+	GPUsPerRank int `toml:"gpus_per_rank,omitempty"`
+	// Timeout bounds the whole run; 0 means none.
+	Timeout Duration `toml:"timeout,omitempty"`
+	// Grace is how long ranks have between SIGTERM and SIGKILL when the job
+	// stops early (default 10s).
+	Grace Duration `toml:"grace,omitempty"`
+	// RdzvTimeout bounds how long ranks wait for the world to assemble; 0 leaves
+	// the rank package's default.
+	RdzvTimeout Duration `toml:"rdzv_timeout,omitempty"`
+	// OutputDir, when set, receives one output file per rank.
+	OutputDir string `toml:"output_dir,omitempty"`
+}
+
+// Group is one [[group]]: an MPMD role.
+type Group struct {
+	// Role names the role (GEAR_ROLE); unique within the spec.
+	Role string `toml:"role"`
+	// NP is the number of ranks of this role.
+	NP int `toml:"np"`
+	// Command is the role's program and arguments.
+	Command []string `toml:"command,omitempty"`
+	// Env is added to the role's ranks, over [launch].env.
+	Env map[string]string `toml:"env,omitempty"`
+	// GPUsPerRank is the number of GPUs bound to each rank of this role.
+	GPUsPerRank int `toml:"gpus_per_rank,omitempty"`
+}
+
+// GMI is the [gmi] section: GPU multiplexing.
+type GMI struct {
+	// PerGPU is the number of ranks that share one GPU as GMIs (default 1).
+	PerGPU int `toml:"per_gpu"`
+	// Backend is how a GPU is shared: "none", "mps", "mig" or "auto" (default
+	// "none" for one rank per GPU, "auto" otherwise).
+	Backend string `toml:"backend"`
+}
+
+// GMI backends.
+const (
+	BackendNone = "none"
+	BackendMPS  = "mps"
+	BackendMIG  = "mig"
+	BackendAuto = "auto"
+)
+
+// Slurm is the [slurm] section, used by `gearrun submit`.
+type Slurm struct {
+	Partition string `toml:"partition,omitempty"`
+	// Nodes is the number of nodes (default 1).
+	Nodes int `toml:"nodes,omitempty"`
+	// NTasksPerNode fixes the number of ranks per node; 0 (the default) lets
+	// SLURM spread the ranks over the nodes.
+	NTasksPerNode int `toml:"ntasks_per_node,omitempty"`
+	// CPUsPerTask is sbatch's --cpus-per-task (default 1).
+	CPUsPerTask int `toml:"cpus_per_task,omitempty"`
+	// GPUsPerNode is sbatch's --gpus-per-node; 0 asks for none.
+	GPUsPerNode int `toml:"gpus_per_node,omitempty"`
+	// Time is the wall-time limit in SLURM's syntax: "MM", "MM:SS", "HH:MM:SS",
+	// "D-HH", "D-HH:MM" or "D-HH:MM:SS"; empty leaves the partition's default.
+	Time    string `toml:"time,omitempty"`
+	Account string `toml:"account,omitempty"`
+	QOS     string `toml:"qos,omitempty"`
+	// Extra holds further sbatch options, one per element ("--exclusive",
+	// "--constraint=a100").
+	Extra []string `toml:"extra,omitempty"`
+	// Gearrun is the path of gearrun on the compute nodes; empty means the
+	// gearrun that submits the job.
+	Gearrun string `toml:"gearrun,omitempty"`
+	// RdzvPort is the rendezvous port on the first node; 0 derives it from the
+	// SLURM job ID (see RendezvousPort).
+	RdzvPort int `toml:"rdzv_port,omitempty"`
+}
+
+// Table is the [table] section: the replay table that the job's programs build
+// from the spec they were launched with (see FromEnv). One shard per rank holds
+// Capacity trajectories.
+type Table struct {
+	// Name names the table (default "replay").
+	Name string `toml:"name"`
+	// Columns are the fields of a trajectory step.
+	Columns []Column `toml:"columns,omitempty"`
+	// Capacity is the number of trajectories per shard.
+	Capacity int `toml:"capacity"`
+	// TrajectoryLength is the number of steps per trajectory.
+	TrajectoryLength int `toml:"trajectory_length"`
+	// Sampler selects items to sample: "uniform", "prioritized", "fifo",
+	// "lifo", "max_heap" or "min_heap" (default "uniform"; "fifo" for a queue,
+	// "lifo" for a stack).
+	Sampler string `toml:"sampler"`
+	// PriorityExponent is the prioritized sampler's exponent (default 1).
+	PriorityExponent float64 `toml:"priority_exponent,omitempty"`
+	// Remover selects the victim when a shard is full; the same kinds as
+	// Sampler (default "fifo"; "lifo" for a stack).
+	Remover string `toml:"remover"`
+	// RateLimiter paces inserts against samples.
+	RateLimiter RateLimiter `toml:"rate_limiter"`
+	// MaxTimesSampled removes an item after it was sampled this often; 0 means
+	// never (default 0; 1 for a queue or a stack).
+	MaxTimesSampled int `toml:"max_times_sampled"`
+}
+
+// Column is one field of a trajectory step.
+type Column struct {
+	Name string `toml:"name"`
+	// DType is one of DTypes.
+	DType string `toml:"dtype"`
+	// Shape is the shape of one step's value; empty for a scalar.
+	Shape []int `toml:"shape,omitempty"`
+}
+
+// DTypes lists the column element types a spec may name.
+var DTypes = []string{"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "bytes"}
+
+// Selectors lists the sampler and remover kinds a spec may name.
+var Selectors = []string{"uniform", "prioritized", "fifo", "lifo", "max_heap", "min_heap"}
+
+// RateLimiter is [table.rate_limiter], with Reverb's kinds.
+type RateLimiter struct {
+	// Kind is "min_size", "sample_to_insert_ratio", "queue" or "stack"
+	// (default "min_size").
+	Kind string `toml:"kind"`
+	// MinSizeToSample is the number of items the table must hold before
+	// sampling starts (default 1).
+	MinSizeToSample int `toml:"min_size_to_sample"`
+	// SamplesPerInsert is the target ratio of samples to inserts
+	// (sample_to_insert_ratio only).
+	SamplesPerInsert float64 `toml:"samples_per_insert,omitempty"`
+	// ErrorBuffer is how far the ratio may stray, in samples
+	// (sample_to_insert_ratio only).
+	ErrorBuffer float64 `toml:"error_buffer,omitempty"`
+}
+
+// Rate limiter kinds.
+const (
+	LimiterMinSize             = "min_size"
+	LimiterSampleToInsertRatio = "sample_to_insert_ratio"
+	LimiterQueue               = "queue"
+	LimiterStack               = "stack"
+)
+
+// Defaults that SetDefaults fills in.
+const (
+	DefaultGrace     = 10 * time.Second
+	DefaultTableName = "replay"
+)
+
+// SetDefaults fills the fields left at their zero value with their defaults. It
+// does not validate; call Validate after it. Load and Parse call both.
+//
+// It also writes empty lists and tables as nil, so that a spec reads back equal
+// to itself after Marshal whether a document wrote `env = {}` or left it out.
+func (s *Spec) SetDefaults() {
+	s.normalize()
+	if len(s.Groups) == 0 && s.Launch.NP == 0 {
+		s.Launch.NP = 1
+	}
+	if s.Launch.Grace == 0 {
+		s.Launch.Grace = Duration(DefaultGrace)
+	}
+	if s.GMI.PerGPU == 0 {
+		s.GMI.PerGPU = 1
+	}
+	if s.GMI.Backend == "" {
+		s.GMI.Backend = BackendNone
+		if s.GMI.PerGPU > 1 {
+			s.GMI.Backend = BackendAuto
+		}
+	}
+	if s.Slurm.Nodes == 0 {
+		s.Slurm.Nodes = 1
+	}
+	if s.Slurm.CPUsPerTask == 0 {
+		s.Slurm.CPUsPerTask = 1
+	}
+	if t := s.Table; t != nil {
+		if t.Name == "" {
+			t.Name = DefaultTableName
+		}
+		rl := &t.RateLimiter
+		if rl.Kind == "" {
+			rl.Kind = LimiterMinSize
+		}
+		if rl.MinSizeToSample == 0 {
+			rl.MinSizeToSample = 1
+		}
+		switch rl.Kind {
+		case LimiterQueue:
+			defaultString(&t.Sampler, "fifo")
+			defaultString(&t.Remover, "fifo")
+			if t.MaxTimesSampled == 0 {
+				t.MaxTimesSampled = 1
+			}
+		case LimiterStack:
+			defaultString(&t.Sampler, "lifo")
+			defaultString(&t.Remover, "lifo")
+			if t.MaxTimesSampled == 0 {
+				t.MaxTimesSampled = 1
+			}
+		default:
+			defaultString(&t.Sampler, "uniform")
+			defaultString(&t.Remover, "fifo")
+		}
+		if t.Sampler == "prioritized" && t.PriorityExponent == 0 {
+			t.PriorityExponent = 1
+		}
+	}
+}
+
+func (s *Spec) normalize() {
+	nilIfEmpty(&s.Launch.Command)
+	nilIfEmptyMap(&s.Launch.Env)
+	nilIfEmpty(&s.Groups)
+	for i := range s.Groups {
+		nilIfEmpty(&s.Groups[i].Command)
+		nilIfEmptyMap(&s.Groups[i].Env)
+	}
+	nilIfEmpty(&s.Slurm.Extra)
+	if s.Table != nil {
+		nilIfEmpty(&s.Table.Columns)
+		for i := range s.Table.Columns {
+			nilIfEmpty(&s.Table.Columns[i].Shape)
+		}
+	}
+}
+
+func nilIfEmpty[T any](p *[]T) {
+	if len(*p) == 0 {
+		*p = nil
+	}
+}
+
+func nilIfEmptyMap[V any](p *map[string]V) {
+	if len(*p) == 0 {
+		*p = nil
+	}
+}
+
+func defaultString(p *string, v string) {
+	if *p == "" {
+		*p = v
+	}
+}
+
+// Role is one role of a job resolved from the spec: an SPMD job has one role
+// whose Name is "", an MPMD job one per [[group]], in the spec's order. Ranks are
+// numbered through the roles: role i holds world ranks FirstRank to
+// FirstRank+NP-1.
+type Role struct {
+	Name      string
+	NP        int
+	FirstRank int
+	Command   []string
+	// Env is [launch].env overlaid with the group's env.
+	Env         map[string]string
+	GPUsPerRank int
+}
+
+// Roles resolves the spec's roles. The slices and maps it returns are copies.
+func (s *Spec) Roles() []Role {
+	if len(s.Groups) == 0 {
+		return []Role{{
+			NP:          s.Launch.NP,
+			Command:     append([]string(nil), s.Launch.Command...),
+			Env:         maps.Clone(s.Launch.Env),
+			GPUsPerRank: s.Launch.GPUsPerRank,
+		}}
+	}
+	roles := make([]Role, 0, len(s.Groups))
+	first := 0
+	for _, g := range s.Groups {
+		env := maps.Clone(s.Launch.Env)
+		if len(g.Env) > 0 {
+			if env == nil {
+				env = make(map[string]string, len(g.Env))
+			}
+			maps.Copy(env, g.Env)
+		}
+		roles = append(roles, Role{
+			Name:        g.Role,
+			NP:          g.NP,
+			FirstRank:   first,
+			Command:     append([]string(nil), g.Command...),
+			Env:         env,
+			GPUsPerRank: g.GPUsPerRank,
+		})
+		first += max(g.NP, 0)
+	}
+	return roles
+}
+
+// WorldSize is the number of ranks of the job: [launch].np for an SPMD job, the
+// sum of the groups' np for an MPMD one.
+func (s *Spec) WorldSize() int {
+	if len(s.Groups) == 0 {
+		return s.Launch.NP
+	}
+	n := 0
+	for _, g := range s.Groups {
+		n += max(g.NP, 0)
+	}
+	return n
+}
+
+// RoleOf returns the role of world rank r and r's index within it; ok is false
+// when r is outside the world.
+func (s *Spec) RoleOf(r int) (role Role, roleRank int, ok bool) {
+	for _, ro := range s.Roles() {
+		if r >= ro.FirstRank && r < ro.FirstRank+ro.NP {
+			return ro, r - ro.FirstRank, true
+		}
+	}
+	return Role{}, 0, false
+}
