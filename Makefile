@@ -2,8 +2,10 @@
 # and .ci/run calls.
 
 GO ?= go
+NVCC ?= ../shared/tools/nvcc
+FUZZTIME ?= 10s
 
-.PHONY: all build test vet fmt-check ptx
+.PHONY: all build test vet fmt-check unit race fuzz ptx
 
 all: build
 
@@ -16,5 +18,17 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-test: fmt-check vet
+# unit runs every package's tests once.
+unit:
 	$(GO) test -count=1 ./...
+
+# race runs the packages with concurrency under the race detector.
+race:
+	$(GO) test -count=1 -race ./rank/... ./launch/... ./collective/... ./store/... ./sample/... ./roles/... ./jobs/...
+
+# fuzz gives each parser's fuzz target a short budget.
+fuzz:
+	$(GO) test -run='^$$' -fuzz='^FuzzParse$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=50x ./jobs
+	$(GO) test -run='^$$' -fuzz='^FuzzParseHostlist$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=50x ./rank
+
+test: fmt-check vet build unit race fuzz

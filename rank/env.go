@@ -49,6 +49,13 @@ const (
 	EnvCUDALib = "GEAR_CUDA_LIB"
 	// EnvStateDir is where gearrun keeps its records of submitted jobs.
 	EnvStateDir = "GEAR_STATE_DIR"
+	// EnvRuntimeDir is where running jobs keep their lock files (one per job,
+	// "<jobID>.lock", held with flock while the job lives). The default is
+	// $XDG_RUNTIME_DIR/gear, else gear-<uid> in the temporary directory.
+	EnvRuntimeDir = "GEAR_RUNTIME_DIR"
+	// EnvTestRank is set by package launchtest when it re-executes a test binary
+	// as a rank: it names the test whose rank function the process runs.
+	EnvTestRank = "GEAR_TEST_RANK"
 )
 
 // Device binding, set per rank by the launcher.

@@ -1,0 +1,643 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"gear/launch"
+	"gear/rank"
+
+	"go.uber.org/goleak"
+)
+
+// The test binary plays three parts: the tests; gearrun itself (envAsGearrun),
+// so that tests can signal and kill a real launcher process; and the rank
+// programs (envHelper), which gearrun launches with -x.
+const (
+	envAsGearrun = "GEARRUN_TEST_AS_GEARRUN"
+	envHelper    = "GEARRUN_TEST_HELPER"
+	envDir       = "GEARRUN_TEST_DIR"
+	envLines     = "GEARRUN_TEST_LINES"
+	envFailRank  = "GEARRUN_TEST_FAIL_RANK"
+	envSkipRank  = "GEARRUN_TEST_SKIP_RANK"
+	envNoTerm    = "GEARRUN_TEST_IGNORE_TERM"
+	envNoInt     = "GEARRUN_TEST_IGNORE_INT"
+)
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(envHelper); mode != "" {
+		os.Exit(helper(mode))
+	}
+	if os.Getenv(envAsGearrun) == "1" {
+		os.Exit(run(os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr}))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// helper is a rank program.
+func helper(mode string) int {
+	r, _ := strconv.Atoi(os.Getenv(rank.EnvRank))
+	size, _ := strconv.Atoi(os.Getenv(rank.EnvWorldSize))
+	dir := os.Getenv(envDir)
+	if os.Getenv(envNoTerm) == strconv.Itoa(r) {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	if os.Getenv(envNoInt) != "" {
+		signal.Ignore(syscall.SIGINT, syscall.SIGTERM)
+	}
+	switch mode {
+	case "lines":
+		n, _ := strconv.Atoi(os.Getenv(envLines))
+		// Small buffers so that lines are split across writes.
+		out := bufio.NewWriterSize(os.Stdout, 97)
+		errw := bufio.NewWriterSize(os.Stderr, 89)
+		for i := range n {
+			fmt.Fprintf(out, "%d:%d:%s\n", r, i, payload(r, i))
+			fmt.Fprintf(errw, "e%d:%d:%s\n", r, i, payload(r, i))
+		}
+		out.Flush()
+		errw.Flush()
+		return 0
+	case "hold", "failfast", "sigint":
+		var sigs chan os.Signal
+		if mode == "sigint" {
+			sigs = make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT)
+		}
+		fail, _ := strconv.Atoi(os.Getenv(envFailRank))
+		if mode == "failfast" && r == fail {
+			writeFile(dir, fmt.Sprintf("pid.%d", r), os.Getpid())
+			// Wait for the test's go-ahead, then fail.
+			for !exists(filepath.Join(dir, "go")) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			return 3
+		}
+		child := exec.Command("sleep", "300")
+		if err := child.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		writeFile(dir, fmt.Sprintf("child.%d", r), child.Process.Pid)
+		writeFile(dir, fmt.Sprintf("pid.%d", r), os.Getpid())
+		if sigs != nil {
+			<-sigs
+			fmt.Printf("rank %d got SIGINT\n", r)
+			child.Process.Kill()
+			child.Wait()
+			return 0
+		}
+		select {}
+	case "rdzv":
+		skip, _ := strconv.Atoi(os.Getenv(envSkipRank))
+		if os.Getenv(envSkipRank) != "" && r == skip {
+			time.Sleep(time.Minute)
+			return 0
+		}
+		w, err := rank.Init(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "init:", err)
+			return 1
+		}
+		defer w.Close()
+		if err := w.Barrier(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "barrier:", err)
+			return 1
+		}
+		fmt.Printf("rank %d of %d passed the barrier\n", r, size)
+		return 0
+	case "stdin":
+		io.Copy(os.Stdout, os.Stdin)
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
+	return 2
+}
+
+func payload(r, i int) string {
+	return strings.Repeat(string(rune('a'+(r+i)%26)), 40+(i%50))
+}
+
+func writeFile(dir, name string, pid int) {
+	tmp := filepath.Join(dir, name+".tmp")
+	os.WriteFile(tmp, []byte(strconv.Itoa(pid)), 0o644)
+	os.Rename(tmp, filepath.Join(dir, name))
+}
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+// gearrunCmd returns a command that runs this test binary as gearrun, with rank
+// programs played by the test binary in helper mode.
+func gearrunCmd(t *testing.T, mode string, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// args are gearrun's flags ending in "-np N"; the program is this binary, and
+	// only the ranks (-x) get the helper mode.
+	full := append([]string{"-x", envHelper + "=" + mode}, args...)
+	full = append(full, self)
+	cmd := exec.Command(self, full...)
+	cmd.Env = append(os.Environ(), envAsGearrun+"=1")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(cmd.Env, rank.EnvRuntimeDir+"="+t.TempDir())
+	// A test that fails early still ends its launcher (and so, through the
+	// parent-death signal and the guard, every rank).
+	t.Cleanup(func() {
+		if cmd.Process != nil && cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return cmd
+}
+
+// pidsIn reads the pid files the helpers wrote.
+func pidsIn(t *testing.T, dir string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".tmp") || e.Name() == "go" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(string(b))
+		if err == nil {
+			out[e.Name()] = pid
+		}
+	}
+	return out
+}
+
+func waitForFiles(t *testing.T, dir string, n int, d time.Duration) map[string]int {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		pids := pidsIn(t, dir)
+		if len(pids) >= n {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d of %d pid files after %v: %v", len(pids), n, d, pids)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// assertAllGone checks that every process in pids has ended by the deadline; it
+// kills survivors (so the test leaks nothing) and reports them.
+func assertAllGone(t *testing.T, pids map[string]int, deadline time.Time) {
+	t.Helper()
+	for {
+		var alive []string
+		for name, pid := range pids {
+			if rank.ProcessAlive(pid) {
+				alive = append(alive, fmt.Sprintf("%s=%d", name, pid))
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, pid := range pids {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Fatalf("processes still alive: %v", alive)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+func TestTaggedOutputNeverTearsLines(t *testing.T) {
+	const ranks, lines = 4, 10000
+	var stdout, stderr bytes.Buffer
+	cmd := gearrunCmd(t, "lines", []string{envLines + "=" + strconv.Itoa(lines)}, "-np", strconv.Itoa(ranks))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gearrun: %v\n%s", err, stderr.String())
+	}
+	check := func(stream string, out *bytes.Buffer, tag string) {
+		re := regexp.MustCompile(`^\[(\d+)\] ` + tag + `(\d+):(\d+):([a-z]+)$`)
+		next := make([]int, ranks)
+		sc := bufio.NewScanner(out)
+		n := 0
+		for sc.Scan() {
+			n++
+			m := re.FindStringSubmatch(sc.Text())
+			if m == nil {
+				t.Fatalf("%s line %d is torn or foreign: %q", stream, n, sc.Text())
+			}
+			tagRank, _ := strconv.Atoi(m[1])
+			r, _ := strconv.Atoi(m[2])
+			i, _ := strconv.Atoi(m[3])
+			if tagRank != r || r >= ranks || i != next[r] || m[4] != payload(r, i) {
+				t.Fatalf("%s line %d: %q (want rank %d's line %d)", stream, n, sc.Text(), r, next[r])
+			}
+			next[r]++
+		}
+		for r, k := range next {
+			if k != lines {
+				t.Fatalf("%s: rank %d wrote %d lines, want %d", stream, r, k, lines)
+			}
+		}
+	}
+	check("stdout", &stdout, "")
+	check("stderr", &stderr, "e")
+}
+
+func TestFailFast(t *testing.T) {
+	dir := t.TempDir()
+	const grace = time.Second
+	var stderr bytes.Buffer
+	cmd := gearrunCmd(t, "failfast", []string{envDir + "=" + dir, envFailRank + "=1", envNoTerm + "=2"},
+		"--grace", grace.String(), "-np", "4")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	// 4 ranks, 3 of them with a grandchild.
+	pids := waitForFiles(t, dir, 7, 15*time.Second)
+	start := time.Now()
+	writeFile(dir, "go", 0)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(grace + 10*time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("gearrun did not end after rank 1 failed; stderr:\n%s", stderr.String())
+	}
+	took := time.Since(start)
+	if code := exitCode(err); code != 3 {
+		t.Fatalf("gearrun exit code %d, want 3; stderr:\n%s", code, stderr.String())
+	}
+	if took > grace+2*time.Second {
+		t.Fatalf("gearrun took %v to end after the failure, want at most grace+2s", took)
+	}
+	assertAllGone(t, pids, start.Add(grace+2*time.Second))
+	if !regexp.MustCompile(`(?m)^gearrun: rank 1 \(pid \d+\) exited with status 3$`).MatchString(stderr.String()) {
+		t.Fatalf("no line naming rank 1 and its status; stderr:\n%s", stderr.String())
+	}
+	if strings.Count(stderr.String(), "gearrun:") != 1 {
+		t.Fatalf("want exactly one gearrun line; stderr:\n%s", stderr.String())
+	}
+}
+
+func TestSIGINTIsForwarded(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd := gearrunCmd(t, "sigint", []string{envDir + "=" + dir}, "--grace", "5s", "-np", "3")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := waitForFiles(t, dir, 6, 15*time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if code := exitCode(err); code != 130 {
+		t.Fatalf("exit code %d, want 130; stderr:\n%s", code, stderr.String())
+	}
+	for r := range 3 {
+		if !strings.Contains(stdout.String(), fmt.Sprintf("[%d] rank %d got SIGINT", r, r)) {
+			t.Fatalf("rank %d did not get SIGINT; stdout:\n%s\nstderr:\n%s", r, stdout.String(), stderr.String())
+		}
+	}
+	assertAllGone(t, pids, time.Now().Add(2*time.Second))
+}
+
+func TestSecondSIGINTKillsAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	var stderr bytes.Buffer
+	// The ranks (and their children) ignore SIGINT and SIGTERM: the first SIGINT
+	// changes nothing, the second must kill them at once, long before the grace.
+	cmd := gearrunCmd(t, "hold", []string{envDir + "=" + dir, envNoInt + "=1"}, "--grace", "60s", "-np", "2")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := waitForFiles(t, dir, 4, 15*time.Second)
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(50 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(err); code != 130 {
+			t.Fatalf("exit code %d, want 130; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("gearrun still running 10s after two SIGINTs")
+	}
+	assertAllGone(t, pids, time.Now().Add(2*time.Second))
+}
+
+func TestSIGKILLOfGearrunLeavesNoSurvivors(t *testing.T) {
+	dir := t.TempDir()
+	job := fmt.Sprintf("sigkill-%d", os.Getpid())
+	cmd := gearrunCmd(t, "hold", []string{envDir + "=" + dir}, "--job-id", job, "-np", "3")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := waitForFiles(t, dir, 6, 15*time.Second)
+	seg := filepath.Join("/dev/shm", rank.SegmentName(job, "x"))
+	if err := os.WriteFile(seg, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(seg)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	assertAllGone(t, pids, time.Now().Add(2*time.Second))
+	deadline := time.Now().Add(2 * time.Second)
+	for exists(seg) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if exists(seg) {
+		t.Fatal("the job's segment survived the launcher's SIGKILL")
+	}
+}
+
+func TestMissingRankNamed(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := gearrunCmd(t, "rdzv", []string{envSkipRank + "=2"}, "--rdzv-timeout", "4s", "--grace", "1s", "-np", "4")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	if code := exitCode(err); code != launch.ExitLaunchFailed {
+		t.Fatalf("exit code %d, want %d; stderr:\n%s", code, launch.ExitLaunchFailed, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "gearrun: rendezvous failed: rank 2 never joined") {
+		t.Fatalf("launcher did not name rank 2; stderr:\n%s", stderr.String())
+	}
+	// The waiting ranks got the same news.
+	if strings.Count(stderr.String(), "init: rank: rendezvous failed: rank 2 never joined") != 3 {
+		t.Fatalf("waiting ranks did not all name rank 2; stderr:\n%s", stderr.String())
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func TestRendezvousAndBarrier(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := gearrunCmd(t, "rdzv", nil, "-np", "4")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for r := range 4 {
+		if !strings.Contains(stdout.String(), fmt.Sprintf("[%d] rank %d of 4 passed the barrier", r, r)) {
+			t.Fatalf("rank %d missing:\n%s", r, stdout.String())
+		}
+	}
+}
+
+func TestWrongTokenRefusedByLauncher(t *testing.T) {
+	dir := t.TempDir()
+	var stderr syncWriter
+	// A job whose ranks hold: its coordinator keeps listening.
+	cmd := gearrunCmd(t, "hold", []string{envDir + "=" + dir}, "-v", "-np", "2")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	waitForFiles(t, dir, 4, 15*time.Second)
+	addr := regexp.MustCompile(`rdzv=(127\.0\.0\.1:\d+)`).FindStringSubmatch(stderr.String())
+	if addr == nil {
+		t.Fatalf("no rendezvous address in the launcher's log:\n%s", stderr.String())
+	}
+	info := rank.Info{Rank: 0, Size: 2, LocalSize: 2, NumNodes: 1, RdzvAddr: addr[1],
+		RdzvTimeout: 5 * time.Second, JobID: "whatever", Token: "guessed", Source: rank.SourceGear}
+	_, err := rank.Init(context.Background(), rank.WithInfo(info))
+	if !errors.Is(err, rank.ErrTokenRefused) {
+		t.Fatalf("Init with a guessed token: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(stderr.String(), "refused connection") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the launcher did not log the refusal:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStdinGoesToRankZero(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	cmd := gearrunCmd(t, "stdin", nil, "-np", "2")
+	cmd.Stdin = strings.NewReader("line one\nline two\n")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if stdout.String() != "[0] line one\n[0] line two\n" {
+		t.Fatalf("stdout %q", stdout.String())
+	}
+}
+
+func TestDryRun(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"--dry-run", "--job-id", "job-7", "-x", "A=1", "-np", "2", "./actor", "--fast", ":",
+		"-np", "1", "--role", "learner", "-x", "B=2", "./trainer"}, stdio{strings.NewReader(""), &out, &errb})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	want := `job job-7: 3 ranks on 1 node(s)
+rendezvous 127.0.0.1:0 (port chosen at launch), timeout 1m0s, token ****
+role actor: ranks 0-1
+role learner: ranks 2
+env A=1
+rank 0: local 0/3 node 0 role "actor"/0: ./actor --fast
+rank 1: local 1/3 node 0 role "actor"/1: ./actor --fast
+rank 2: local 2/3 node 0 role "learner"/0: ./trainer
+  env B=2
+`
+	if out.String() != want {
+		t.Fatalf("dry run:\n%s\nwant:\n%s", out.String(), want)
+	}
+	out.Reset()
+	code = run([]string{"--dry-run", "--json", "-np", "2", "/bin/true"}, stdio{strings.NewReader(""), &out, &errb})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var plan struct {
+		Token string `json:"token"`
+		Ranks []struct {
+			Rank    int      `json:"rank"`
+			Environ []string `json:"environ"`
+		} `json:"ranks"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &plan); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	if plan.Token != "****" || len(plan.Ranks) != 2 {
+		t.Fatalf("plan %+v", plan)
+	}
+	if !contains(plan.Ranks[1].Environ, "GEAR_RANK=1") || !contains(plan.Ranks[1].Environ, "GEAR_JOB_TOKEN=****") {
+		t.Fatalf("rank 1 environ %v", plan.Ranks[1].Environ)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-np", "0", "/bin/true"},
+		{"/bin/true"},
+		{"-np", "2"},
+		{"-np", "1", "/bin/true", ":", "-np", "1"},
+		{"--json", "-np", "1", "/bin/true"},
+		{"--bogus", "-np", "1", "/bin/true"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, stdio{strings.NewReader(""), &out, &errb}); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errb.String())
+		}
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	t.Setenv(rank.EnvRuntimeDir, t.TempDir())
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-np", "2", "/bin/true"}, 0},
+		{[]string{"-np", "2", "sh", "-c", "exit $((GEAR_RANK * 4))"}, 4},
+		{[]string{"-np", "1", "sh", "-c", "kill -SEGV $$"}, 128 + 11},
+		{[]string{"-np", "1", "/no/such/program"}, 127},
+		{[]string{"-np", "1", "--timeout", "300ms", "sleep", "10"}, 124},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(c.args, stdio{strings.NewReader(""), &out, &errb}); code != c.code {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, code, c.code, errb.String())
+		}
+	}
+}
+
+func TestClean(t *testing.T) {
+	shm, rt := t.TempDir(), t.TempDir()
+	lock, err := rank.LockJob(rt, "alive-job", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	for _, name := range []string{
+		rank.SegmentName("alive-job", "a"),
+		rank.SegmentName("gone-job", "a"),
+		rank.SegmentName("gone-job", "b"),
+		rank.SegmentName(rank.LocalJobID(), "mine"),
+		rank.SegmentName("local-999999999", "dead"),
+		"not-gear",
+	} {
+		os.WriteFile(filepath.Join(shm, name), nil, 0o600)
+	}
+	os.WriteFile(filepath.Join(rt, "gone-job.lock"), nil, 0o600)
+	var out, errb bytes.Buffer
+	if code := run([]string{"clean", "--shm-dir", shm, "--runtime-dir", rt}, stdio{nil, &out, &errb}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	for _, gone := range []string{"gear.gone-job.a", "gear.gone-job.b", "gear.local-999999999.dead"} {
+		if !strings.Contains(out.String(), "removed segment "+gone) || exists(filepath.Join(shm, gone)) {
+			t.Errorf("%s not removed; output:\n%s", gone, out.String())
+		}
+	}
+	for _, kept := range []string{rank.SegmentName("alive-job", "a"), rank.SegmentName(rank.LocalJobID(), "mine"), "not-gear"} {
+		if !exists(filepath.Join(shm, kept)) {
+			t.Errorf("%s removed although its job lives", kept)
+		}
+	}
+	if exists(filepath.Join(rt, "gone-job.lock")) || !exists(filepath.Join(rt, "alive-job.lock")) {
+		t.Error("stale lock not removed, or live lock removed")
+	}
+}
+
+func TestLauncherLeavesNothingBehind(t *testing.T) {
+	rt := t.TempDir()
+	t.Setenv(rank.EnvRuntimeDir, rt)
+	job := fmt.Sprintf("leak-%d", os.Getpid())
+	seg := filepath.Join("/dev/shm", rank.SegmentName(job, "x"))
+	var out, errb bytes.Buffer
+	code := run([]string{"--job-id", job, "-np", "2", "sh", "-c", "touch " + seg + "; echo $GEAR_RDZV_ADDR"},
+		stdio{strings.NewReader(""), &out, &errb})
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if exists(seg) {
+		os.Remove(seg)
+		t.Fatal("the job's segment was not removed")
+	}
+	if entries, _ := os.ReadDir(rt); len(entries) != 0 {
+		t.Fatalf("runtime dir not empty: %v", entries)
+	}
+	addr := strings.TrimPrefix(strings.SplitN(out.String(), "\n", 2)[0], "[0] ")
+	addr = strings.TrimPrefix(addr, "[1] ")
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("coordinator %s still listening", addr)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

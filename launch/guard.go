@@ -1,0 +1,115 @@
+package launch
+
+import (
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// A parent-death signal reaches only the ranks themselves, not their children. So
+// that nothing of a job outlives a launcher that is killed with SIGKILL, Run starts
+// a guard: a small shell, in a process group of its own, that reads the ranks'
+// process groups from a pipe. When the pipe ends without "done" (the launcher
+// died), it kills those groups and removes the job's segments and lock file.
+const guardScript = `g=
+while read -r p; do
+	[ "$p" = done ] && exit 0
+	g="$g -$p"
+done
+[ -n "$g" ] && kill -KILL $g 2>/dev/null
+rm -f -- "$1"/gear."$2".* "$3"
+exit 0`
+
+// guardDelay is how long a job runs before its guard starts: jobs shorter than
+// that (a launch of /bin/true, a quick hello) do not pay for a guard process.
+// Their ranks still die with the launcher through the parent-death signal; only
+// a grandchild started in that window could outlive a SIGKILLed launcher.
+const guardDelay = 50 * time.Millisecond
+
+type guard struct {
+	sh, shmDir, jobID, lockPath string
+	log                         *slog.Logger
+	timer                       *time.Timer
+
+	mu     sync.Mutex
+	pgids  []int
+	w      *os.File
+	proc   *os.Process
+	closed bool
+}
+
+// startGuard arranges for the guard to start after guardDelay; without a shell
+// the guard is inert.
+func startGuard(shmDir, jobID, lockPath string, log *slog.Logger) *guard {
+	g := &guard{shmDir: shmDir, jobID: jobID, lockPath: lockPath, log: log}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		log.Debug("launch: no shell; grandchildren of ranks are not guarded", "err", err)
+		return g
+	}
+	g.sh = sh
+	g.timer = time.AfterFunc(guardDelay, g.start)
+	return g
+}
+
+func (g *guard) start() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	devNull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		w.Close()
+		return
+	}
+	defer devNull.Close()
+	proc, err := os.StartProcess(g.sh, []string{"sh", "-c", guardScript, "gear-guard", g.shmDir, g.jobID, g.lockPath},
+		&os.ProcAttr{Files: []*os.File{r, devNull, devNull}, Sys: &syscall.SysProcAttr{Setpgid: true}})
+	if err != nil {
+		w.Close()
+		g.log.Debug("launch: guard did not start", "err", err)
+		return
+	}
+	g.proc, g.w = proc, w
+	for _, p := range g.pgids {
+		g.w.WriteString(strconv.Itoa(p) + "\n")
+	}
+	g.log.Debug("launch: guard started", "pid", proc.Pid)
+}
+
+// add tells the guard about a rank's process group.
+func (g *guard) add(pgid int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.pgids = append(g.pgids, pgid)
+	if g.w != nil {
+		g.w.WriteString(strconv.Itoa(pgid) + "\n")
+	}
+}
+
+// done stops the guard without it killing anything, and reaps it.
+func (g *guard) done() {
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	g.mu.Lock()
+	g.closed = true
+	w, proc := g.w, g.proc
+	g.w, g.proc = nil, nil
+	g.mu.Unlock()
+	if w != nil {
+		w.WriteString("done\n")
+		w.Close()
+		proc.Wait()
+	}
+}

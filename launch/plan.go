@@ -1,0 +1,378 @@
+package launch
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"gear/rank"
+
+	"github.com/google/uuid"
+)
+
+// Request is what a caller wants launched: one or more groups of ranks (MPMD:
+// `gearrun -np 4 ./actor : -np 1 ./trainer` is two groups), with job-wide settings.
+type Request struct {
+	Groups []Group
+	// JobID names the job; "" means a new UUID.
+	JobID string
+	// Token is the per-job secret; "" means a new random one.
+	Token string
+	// RdzvAddr is where the coordinator listens; "" means 127.0.0.1 on a free port.
+	RdzvAddr string
+	// RdzvTimeout bounds the world's assembly; 0 means rank.DefaultRdzvTimeout.
+	RdzvTimeout time.Duration
+	// Env is passed to every rank, mpirun's -x convention: "NAME=VALUE", or
+	// "NAME" to pass the launcher's own value of NAME (looked up with Lookup).
+	Env []string
+	// Dir is every rank's working directory; "" means the launcher's.
+	Dir string
+	// Binder, if set, chooses each rank's device binding (GPU, MIG UUID, MPS share).
+	Binder Binder
+	// Lookup resolves "NAME" entries of Env; nil means os.LookupEnv.
+	Lookup func(string) (string, bool)
+	// IsGoPackage reports whether a program names a Go package directory that Run
+	// must build first; nil means: a directory holding .go files.
+	IsGoPackage func(program string) bool
+}
+
+// Group is one MPMD group: NP ranks running Argv.
+type Group struct {
+	// Role names the group's ranks (GEAR_ROLE). Groups with the same role form
+	// one role, numbered in order. "" means: "" for a job of one group; else the
+	// program's base name without extension ("./bin/actor" -> "actor"), or
+	// "group<i>" (i the group's index) when several unnamed groups would derive
+	// the same name.
+	Role string
+	NP   int
+	Argv []string
+	// Env is passed to this group's ranks only, after Request.Env.
+	Env []string
+}
+
+// Device is a rank's device binding, exported as CUDA_VISIBLE_DEVICES,
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT. Empty
+// fields are not set (the rank inherits the launcher's value, if any).
+type Device struct {
+	// VisibleDevices is a GPU index ("0") or a MIG UUID ("MIG-...").
+	VisibleDevices string `json:"cuda_visible_devices,omitempty"`
+	// MPSThreadPercent is the rank's share of the GPU's SMs under MPS (1-100).
+	MPSThreadPercent int `json:"mps_active_thread_percentage,omitempty"`
+	// MPSPinnedMemLimit is the MPS pinned device memory limit ("0=4G").
+	MPSPinnedMemLimit string `json:"mps_pinned_device_mem_limit,omitempty"`
+}
+
+// Binder chooses a rank's device binding. Package gmi provides one; tests and job
+// specs may use BinderFunc.
+type Binder interface {
+	Bind(r RankSpec) (Device, error)
+}
+
+// BinderFunc adapts a function to Binder.
+type BinderFunc func(r RankSpec) (Device, error)
+
+// Bind calls f.
+func (f BinderFunc) Bind(r RankSpec) (Device, error) { return f(r) }
+
+// Plan is a launch plan: plain data, printed by --dry-run, run by Run.
+type Plan struct {
+	JobID       string   `json:"job_id"`
+	Token       string   `json:"token"`
+	RdzvAddr    string   `json:"rdzv_addr"`
+	RdzvTimeout Duration `json:"rdzv_timeout"`
+	NumNodes    int      `json:"num_nodes"`
+	Dir         string   `json:"dir,omitempty"`
+	// Env holds the additions every rank gets (after the contract variables).
+	Env   []string   `json:"env,omitempty"`
+	Roles []RoleSpec `json:"roles"`
+	Ranks []RankSpec `json:"ranks"`
+}
+
+// RoleSpec is one role of the plan and its ranks.
+type RoleSpec struct {
+	Name  string `json:"name"`
+	Ranks []int  `json:"ranks"`
+}
+
+// RankSpec is one rank of the plan.
+type RankSpec struct {
+	Rank      int    `json:"rank"`
+	LocalRank int    `json:"local_rank"`
+	LocalSize int    `json:"local_size"`
+	Node      int    `json:"node"`
+	Role      string `json:"role"`
+	RoleRank  int    `json:"role_rank"`
+	// Group is the index of the MPMD group the rank comes from.
+	Group int      `json:"group"`
+	Argv  []string `json:"argv"`
+	// GoPackage: Argv[0] is a Go package directory; Run builds it once and runs
+	// the binary.
+	GoPackage bool `json:"go_package,omitempty"`
+	// Env holds the group's additions (after the plan's).
+	Env    []string `json:"env,omitempty"`
+	Device Device   `json:"device"`
+}
+
+// Duration is a time.Duration that reads and writes as text ("60s") in JSON.
+type Duration time.Duration
+
+// MarshalJSON writes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("launch: duration %s: %w", b, err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("launch: duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Size is the number of ranks.
+func (p *Plan) Size() int { return len(p.Ranks) }
+
+// NewPlan builds the plan for req. It is a pure function of req (JobID and Token
+// aside, which it generates when req leaves them empty, and the file-system check
+// that tells a Go package from a program). The error names the group and field.
+func NewPlan(req Request) (*Plan, error) {
+	if len(req.Groups) == 0 {
+		return nil, fmt.Errorf("launch: no program to launch")
+	}
+	p := &Plan{
+		JobID:       req.JobID,
+		Token:       req.Token,
+		RdzvAddr:    req.RdzvAddr,
+		RdzvTimeout: Duration(req.RdzvTimeout),
+		NumNodes:    1,
+		Dir:         req.Dir,
+	}
+	if p.JobID == "" {
+		p.JobID = uuid.NewString()
+	}
+	if err := rank.CheckJobID(p.JobID); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	if p.Token == "" {
+		p.Token = rank.NewToken()
+	}
+	if p.RdzvAddr == "" {
+		p.RdzvAddr = "127.0.0.1:0"
+	}
+	if p.RdzvTimeout <= 0 {
+		p.RdzvTimeout = Duration(rank.DefaultRdzvTimeout)
+	}
+	lookup := req.Lookup
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	isGo := req.IsGoPackage
+	if isGo == nil {
+		isGo = IsGoPackageDir
+	}
+	var err error
+	if p.Env, err = resolveEnv("launch: env", req.Env, lookup); err != nil {
+		return nil, err
+	}
+	roles := groupRoles(req.Groups)
+	size := 0
+	for i, g := range req.Groups {
+		if g.NP < 1 {
+			return nil, fmt.Errorf("launch: group %d: -np %d: want at least 1", i, g.NP)
+		}
+		if len(g.Argv) == 0 || g.Argv[0] == "" {
+			return nil, fmt.Errorf("launch: group %d: no program", i)
+		}
+		if strings.ContainsAny(roles[i], "=\n\x00") {
+			return nil, fmt.Errorf("launch: group %d: role %q: must not contain '=', newline or NUL", i, roles[i])
+		}
+		size += g.NP
+	}
+	roleIndex := map[string]int{}
+	for i, g := range req.Groups {
+		env, err := resolveEnv(fmt.Sprintf("launch: group %d: env", i), g.Env, lookup)
+		if err != nil {
+			return nil, err
+		}
+		goPkg := isGo(g.Argv[0])
+		ri, ok := roleIndex[roles[i]]
+		if !ok {
+			ri = len(p.Roles)
+			roleIndex[roles[i]] = ri
+			p.Roles = append(p.Roles, RoleSpec{Name: roles[i]})
+		}
+		for range g.NP {
+			r := len(p.Ranks)
+			spec := RankSpec{
+				Rank:      r,
+				LocalRank: r,
+				LocalSize: size,
+				Role:      roles[i],
+				RoleRank:  len(p.Roles[ri].Ranks),
+				Group:     i,
+				Argv:      append([]string(nil), g.Argv...),
+				GoPackage: goPkg,
+				Env:       env,
+			}
+			p.Roles[ri].Ranks = append(p.Roles[ri].Ranks, r)
+			p.Ranks = append(p.Ranks, spec)
+		}
+	}
+	if req.Binder != nil {
+		for i := range p.Ranks {
+			d, err := req.Binder.Bind(p.Ranks[i])
+			if err != nil {
+				return nil, fmt.Errorf("launch: rank %d: device binding: %w", i, err)
+			}
+			p.Ranks[i].Device = d
+		}
+	}
+	return p, nil
+}
+
+// groupRoles names each group's role (see Group.Role).
+func groupRoles(groups []Group) []string {
+	names := make([]string, len(groups))
+	if len(groups) == 1 {
+		names[0] = groups[0].Role
+		return names
+	}
+	derived := map[string]int{} // how many unnamed groups derive each name
+	for i, g := range groups {
+		names[i] = g.Role
+		if names[i] == "" {
+			base := filepath.Base(g.Argv0())
+			names[i] = strings.TrimSuffix(base, filepath.Ext(base))
+			derived[names[i]]++
+		}
+	}
+	for i, g := range groups {
+		if g.Role == "" && (derived[names[i]] > 1 || names[i] == "." || names[i] == "/" || names[i] == "") {
+			names[i] = "group" + strconv.Itoa(i)
+		}
+	}
+	return names
+}
+
+// Argv0 is the group's program, or "".
+func (g Group) Argv0() string {
+	if len(g.Argv) == 0 {
+		return ""
+	}
+	return g.Argv[0]
+}
+
+func resolveEnv(what string, env []string, lookup func(string) (string, bool)) ([]string, error) {
+	var out []string
+	for _, kv := range env {
+		name, _, hasValue := strings.Cut(kv, "=")
+		if name == "" || strings.ContainsAny(name, " \t\n\x00") {
+			return nil, fmt.Errorf("%s %q: want NAME=VALUE or NAME", what, kv)
+		}
+		if !hasValue {
+			v, ok := lookup(name)
+			if !ok {
+				continue // like mpirun: -x of an unset variable passes nothing
+			}
+			kv = name + "=" + v
+		}
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
+// IsGoPackageDir reports whether path is a directory holding .go files.
+func IsGoPackageDir(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.IsDir() {
+		return false
+	}
+	m, _ := filepath.Glob(filepath.Join(path, "*.go"))
+	return len(m) > 0
+}
+
+// Environ returns the variables that rank r gets on top of the launcher's
+// environment: the contract (GEAR_*), the device binding, then the plan's and
+// the group's additions. rdzvAddr is the coordinator's actual address.
+func (p *Plan) Environ(r int, rdzvAddr string) []string {
+	s := &p.Ranks[r]
+	env := make([]string, 0, 16+len(p.Env)+len(s.Env))
+	add := func(k, v string) { env = append(env, k+"="+v) }
+	add(rank.EnvRank, strconv.Itoa(s.Rank))
+	add(rank.EnvWorldSize, strconv.Itoa(len(p.Ranks)))
+	add(rank.EnvLocalRank, strconv.Itoa(s.LocalRank))
+	add(rank.EnvLocalSize, strconv.Itoa(s.LocalSize))
+	add(rank.EnvNodeRank, strconv.Itoa(s.Node))
+	add(rank.EnvNumNodes, strconv.Itoa(p.NumNodes))
+	add(rank.EnvRole, s.Role)
+	add(rank.EnvRoleRank, strconv.Itoa(s.RoleRank))
+	add(rank.EnvRdzvAddr, rdzvAddr)
+	add(rank.EnvRdzvTimeout, time.Duration(p.RdzvTimeout).String())
+	add(rank.EnvJobID, p.JobID)
+	add(rank.EnvJobToken, p.Token)
+	if s.Device.VisibleDevices != "" {
+		add(rank.EnvCUDAVisibleDevices, s.Device.VisibleDevices)
+	}
+	if s.Device.MPSThreadPercent > 0 {
+		add(rank.EnvMPSThreadPercent, strconv.Itoa(s.Device.MPSThreadPercent))
+	}
+	if s.Device.MPSPinnedMemLimit != "" {
+		add(rank.EnvMPSPinnedMemLimit, s.Device.MPSPinnedMemLimit)
+	}
+	env = append(env, p.Env...)
+	return append(env, s.Env...)
+}
+
+// contractVars are stripped from the launcher's own environment before a rank's
+// are added, so that a nested launch never leaks its parent's place.
+var contractVars = []string{rank.EnvRank, rank.EnvWorldSize, rank.EnvLocalRank, rank.EnvLocalSize,
+	rank.EnvNodeRank, rank.EnvNumNodes, rank.EnvRole, rank.EnvRoleRank, rank.EnvRdzvAddr,
+	rank.EnvRdzvTimeout, rank.EnvJobID, rank.EnvJobToken}
+
+// mergeEnv returns base without the contract variables, with add applied on top
+// (later entries win).
+func mergeEnv(base, add []string) []string {
+	index := make(map[string]int, len(base)+len(add))
+	out := make([]string, 0, len(base)+len(add))
+	drop := make(map[string]bool, len(contractVars))
+	for _, v := range contractVars {
+		drop[v] = true
+	}
+	put := func(kv string) {
+		name, _, _ := strings.Cut(kv, "=")
+		if i, ok := index[name]; ok {
+			out[i] = kv
+			return
+		}
+		index[name] = len(out)
+		out = append(out, kv)
+	}
+	for _, kv := range base {
+		if name, _, _ := strings.Cut(kv, "="); !drop[name] {
+			put(kv)
+		}
+	}
+	for _, kv := range add {
+		put(kv)
+	}
+	return out
+}
+
+// Masked returns a copy of p whose token reads "****", for printing.
+func (p *Plan) Masked() *Plan {
+	q := *p
+	if q.Token != "" {
+		q.Token = maskedToken
+	}
+	return &q
+}
+
+const maskedToken = "****"

@@ -1,0 +1,749 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"gear/rank"
+
+	"golang.org/x/term"
+)
+
+// Defaults of Options.
+const (
+	DefaultGrace = 10 * time.Second
+	DefaultDrain = 250 * time.Millisecond
+)
+
+// Exit codes of a job that did not end with a rank's own failure.
+const (
+	ExitLaunchFailed = 1   // the launcher could not start the job, or the world did not assemble
+	ExitTimeout      = 124 // the job ran past Options.Timeout
+	ExitNotFound     = 127 // a program does not exist
+	ExitNotRunnable  = 126 // a program exists but cannot be executed
+)
+
+// Options says how Run runs a plan. The zero value runs untagged, with output on
+// the launcher's stdout and stderr, no stdin, no timeout and a 10s grace period.
+type Options struct {
+	// Stdout and Stderr receive the ranks' output (nil: os.Stdout, os.Stderr).
+	Stdout, Stderr io.Writer
+	// Stdin goes to rank 0 only (nil: /dev/null for every rank). A non-terminal
+	// *os.File is handed to rank 0 as it is; anything else is copied.
+	Stdin io.Reader
+	// TagOutput prefixes every line with "[rank] ".
+	TagOutput bool
+	// OutputDir, if set, receives one file per rank and stream
+	// (rank.<N>.stdout, rank.<N>.stderr) instead of Stdout and Stderr.
+	OutputDir string
+	// Timeout bounds the whole job (0: none).
+	Timeout time.Duration
+	// Grace is the time between SIGTERM and SIGKILL (0: DefaultGrace).
+	Grace time.Duration
+	// Drain is how long output is still read after the ranks ended, for
+	// grandchildren that hold a pipe open (0: DefaultDrain).
+	Drain time.Duration
+	// Signals, if set, delivers the signals to forward (SIGINT, SIGTERM): the first
+	// is forwarded to every rank's process group and starts the grace period; a
+	// second kills at once. Run installs no signal handler itself.
+	Signals <-chan os.Signal
+	// Logger receives the launcher's logs (nil: they go to Stderr, whole lines,
+	// warnings such as refused rendezvous connections only unless Verbose).
+	Logger *slog.Logger
+	// Verbose logs the launcher's steps when Logger is nil.
+	Verbose bool
+	// Name prefixes the lines the launcher itself prints ("gearrun" if empty).
+	Name string
+	// BaseEnv is the environment ranks inherit (nil: os.Environ()), less the
+	// contract variables, which Run sets.
+	BaseEnv []string
+	// RuntimeDir holds the job's lock file ("": rank.RuntimeDir()).
+	RuntimeDir string
+	// ShmDir is where the job's shared-memory segments live ("": /dev/shm); Run
+	// removes the job's segments there when the job ends.
+	ShmDir string
+	// OnStart, if set, is called as each rank starts.
+	OnStart func(rank, pid int)
+}
+
+// RankResult is how one rank ended.
+type RankResult struct {
+	Rank    int    `json:"rank"`
+	PID     int    `json:"pid"`
+	Started bool   `json:"started"`
+	Code    int    `json:"exit_code"` // the exit code, or 128+signal
+	Signal  string `json:"signal,omitempty"`
+	Status  string `json:"status"` // "exited with status 3", "killed by SIGKILL"
+}
+
+// Result is how a job ended.
+type Result struct {
+	JobID    string       `json:"job_id"`
+	RdzvAddr string       `json:"rdzv_addr"`
+	Ranks    []RankResult `json:"ranks"`
+	// FailedRank is the rank whose failure ended the job, or -1.
+	FailedRank int `json:"failed_rank"`
+	// Cause is the one line that says why the job failed ("" on success).
+	Cause string `json:"cause,omitempty"`
+	// ExitCode is the launcher's exit code: 0, the failed rank's code (128+signal
+	// for a signal), or one of the Exit* codes.
+	ExitCode int `json:"exit_code"`
+}
+
+// JobError is Run's error when the job did not succeed. Announced is set when
+// Run already printed Cause on Options.Stderr.
+type JobError struct {
+	Cause     string
+	Code      int
+	Announced bool
+}
+
+func (e *JobError) Error() string { return "launch: " + e.Cause }
+
+// Run runs the plan: it takes the job's lock, builds Go packages named by the
+// plan, starts the coordinator, spawns every rank in its own process group with a
+// parent-death signal, routes output, and waits. When a rank fails, the job times
+// out, the world cannot assemble or a signal arrives, the ranks get SIGTERM (or
+// the forwarded signal) and SIGKILL after the grace period. When the job ends,
+// whatever is left in the ranks' process groups is killed and the job's
+// shared-memory segments and lock file are removed.
+//
+// Run returns the result and, unless every rank exited 0, a *JobError whose Code
+// is the exit code for the launcher. Cancelling ctx stops the job like SIGTERM.
+func Run(ctx context.Context, p *Plan, opts Options) (*Result, error) {
+	j, err := newJob(p, opts)
+	if err != nil {
+		return nil, err
+	}
+	return j.run(ctx)
+}
+
+type job struct {
+	plan *Plan
+	opts Options
+	log  *slog.Logger
+	res  *Result
+
+	stdout, stderr *lineSink
+
+	procs  []*os.Process
+	groups []int // process group of each started rank (its pid), 0 if not started
+
+	mu         sync.Mutex // guards cause fields read by callbacks
+	cause      string
+	code       int
+	announced  bool
+	terminated bool
+
+	pumps    sync.WaitGroup
+	readEnds []*os.File
+	guard    *guard
+	coord    *rank.Coordinator
+	rdzvFail chan error
+	exits    chan exitEvent
+	settle   *time.Timer // after a failed rendezvous: when to stop every rank
+	settleC  <-chan time.Time
+}
+
+type exitEvent struct {
+	rank  int
+	state *os.ProcessState
+	err   error
+}
+
+func newJob(p *Plan, opts Options) (*job, error) {
+	if p == nil || len(p.Ranks) == 0 {
+		return nil, errors.New("launch: empty plan")
+	}
+	if err := rank.CheckJobID(p.JobID); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	if opts.Stdout == nil {
+		opts.Stdout = os.Stdout
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.Drain <= 0 {
+		opts.Drain = DefaultDrain
+	}
+	if opts.Name == "" {
+		opts.Name = "gearrun"
+	}
+	if opts.ShmDir == "" {
+		opts.ShmDir = "/dev/shm"
+	}
+	if opts.BaseEnv == nil {
+		opts.BaseEnv = os.Environ()
+	}
+	n := len(p.Ranks)
+	j := &job{
+		plan:     p,
+		opts:     opts,
+		res:      &Result{JobID: p.JobID, FailedRank: -1, Ranks: make([]RankResult, n)},
+		stdout:   &lineSink{w: opts.Stdout},
+		stderr:   &lineSink{w: opts.Stderr},
+		procs:    make([]*os.Process, n),
+		groups:   make([]int, n),
+		rdzvFail: make(chan error, 1),
+		exits:    make(chan exitEvent, n),
+	}
+	for i := range j.res.Ranks {
+		j.res.Ranks[i] = RankResult{Rank: i, Code: -1, Status: "not started"}
+	}
+	j.log = opts.Logger
+	if j.log == nil {
+		// Warnings (refused connections) reach the launcher's stderr, whole lines
+		// only, like the ranks' output.
+		level := slog.LevelWarn
+		if opts.Verbose {
+			level = slog.LevelDebug
+		}
+		j.log = slog.New(slog.NewTextHandler(sinkWriter{j.stderr}, &slog.HandlerOptions{Level: level}))
+	}
+	return j, nil
+}
+
+func (j *job) run(ctx context.Context) (res *Result, err error) {
+	p := j.plan
+	lock, err := rank.LockJob(j.opts.RuntimeDir, p.JobID, true)
+	if err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	defer func() {
+		removed, _ := RemoveJobSegments(j.opts.ShmDir, p.JobID)
+		for _, s := range removed {
+			j.log.Debug("launch: removed segment", "name", s)
+		}
+		lock.Close()
+	}()
+
+	programs, cleanup, err := j.programs(ctx)
+	defer cleanup()
+	if err != nil {
+		return j.setupFailed(err)
+	}
+
+	j.coord, err = rank.NewCoordinator(rank.CoordinatorConfig{
+		Addr: p.RdzvAddr, JobID: p.JobID, Token: p.Token, Size: len(p.Ranks),
+		Timeout: time.Duration(p.RdzvTimeout), Logger: j.log, ExitReports: true,
+		OnFail: func(err error) {
+			select {
+			case j.rdzvFail <- err:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return j.setupFailed(err)
+	}
+	defer j.coord.Close()
+	j.res.RdzvAddr = j.coord.Addr()
+	j.log.Debug("launch: coordinator listening", "job", p.JobID, "rdzv", j.coord.Addr(), "ranks", len(p.Ranks))
+
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return j.setupFailed(err)
+	}
+	defer devNull.Close()
+
+	j.guard = startGuard(j.opts.ShmDir, p.JobID, lock.Path(), j.log)
+	startErr := j.spawnAll(programs, devNull)
+	if startErr != nil {
+		j.fail(-1, startErr.Error(), exitCodeOf(startErr))
+	}
+	j.wait(ctx)
+	j.finish()
+
+	res = j.res
+	if j.cause != "" {
+		res.Cause, res.ExitCode = j.cause, j.code
+		return res, &JobError{Cause: j.cause, Code: j.code, Announced: j.announced}
+	}
+	return res, nil
+}
+
+func (j *job) setupFailed(err error) (*Result, error) {
+	j.res.Cause, j.res.ExitCode = strings.TrimPrefix(err.Error(), "launch: "), exitCodeOf(err)
+	return j.res, &JobError{Cause: j.res.Cause, Code: j.res.ExitCode}
+}
+
+// programError carries the exit code of a program that cannot be started.
+type programError struct {
+	err  error
+	code int
+}
+
+func (e *programError) Error() string { return e.err.Error() }
+func (e *programError) Unwrap() error { return e.err }
+
+func exitCodeOf(err error) int {
+	var pe *programError
+	if errors.As(err, &pe) {
+		return pe.code
+	}
+	return ExitLaunchFailed
+}
+
+// programs resolves each rank's program once: Go packages are built, names
+// without a slash are looked up in PATH.
+func (j *job) programs(ctx context.Context) (paths []string, cleanup func(), err error) {
+	cleanup = func() {}
+	resolved := map[string]string{}
+	paths = make([]string, len(j.plan.Ranks))
+	var buildDir string
+	for i, r := range j.plan.Ranks {
+		prog := r.Argv[0]
+		if path, ok := resolved[prog]; ok {
+			paths[i] = path
+			continue
+		}
+		var path string
+		if r.GoPackage {
+			if buildDir == "" {
+				if buildDir, err = os.MkdirTemp("", "gearrun-build-"); err != nil {
+					return nil, cleanup, fmt.Errorf("launch: %w", err)
+				}
+				dir := buildDir
+				cleanup = func() { os.RemoveAll(dir) }
+			}
+			path, err = BuildGo(ctx, j.inDir(prog), filepath.Join(buildDir, strconv.Itoa(len(resolved))), j.opts.Stderr)
+		} else {
+			path, err = findProgram(prog, j.plan.Dir)
+		}
+		if err != nil {
+			return nil, cleanup, err
+		}
+		resolved[prog] = path
+		paths[i] = path
+	}
+	return paths, cleanup, nil
+}
+
+func (j *job) inDir(path string) string {
+	if j.plan.Dir == "" || filepath.IsAbs(path) {
+		return path
+	}
+	return filepath.Join(j.plan.Dir, path)
+}
+
+// findProgram checks that prog can be run: a path (with a slash, relative to dir)
+// must be an executable file; a bare name is looked up in PATH.
+func findProgram(prog, dir string) (string, error) {
+	if !strings.Contains(prog, "/") {
+		path, err := exec.LookPath(prog)
+		if err != nil {
+			return "", &programError{fmt.Errorf("launch: program %q not found in PATH", prog), ExitNotFound}
+		}
+		return path, nil
+	}
+	check := prog
+	if dir != "" && !filepath.IsAbs(prog) {
+		check = filepath.Join(dir, prog)
+	}
+	fi, err := os.Stat(check)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", &programError{fmt.Errorf("launch: program %s does not exist", prog), ExitNotFound}
+	case err != nil:
+		return "", &programError{fmt.Errorf("launch: program %s: %w", prog, err), ExitNotRunnable}
+	case fi.IsDir():
+		return "", &programError{fmt.Errorf("launch: program %s is a directory without Go files", prog), ExitNotRunnable}
+	case fi.Mode()&0o111 == 0:
+		return "", &programError{fmt.Errorf("launch: program %s is not executable", prog), ExitNotRunnable}
+	}
+	if dir != "" && !filepath.IsAbs(prog) {
+		if abs, err := filepath.Abs(check); err == nil {
+			return abs, nil
+		}
+	}
+	return prog, nil
+}
+
+// BuildGo builds the Go package in dir into out with `go build` and returns out.
+// The compiler's messages go to stderr.
+func BuildGo(ctx context.Context, dir, out string, stderr io.Writer) (string, error) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("launch: %s is a Go package but the go command is not in PATH", dir)
+	}
+	pkg := dir
+	if !filepath.IsAbs(pkg) && !strings.HasPrefix(pkg, ".") {
+		pkg = "./" + pkg
+	}
+	cmd := exec.CommandContext(ctx, goTool, "build", "-o", out, pkg)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("launch: go build %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+// spawnAll starts every rank; it stops at the first that cannot start.
+func (j *job) spawnAll(programs []string, devNull *os.File) error {
+	p := j.plan
+	var stdin *os.File
+	if j.opts.Stdin != nil {
+		var err error
+		if stdin, err = j.stdinFile(); err != nil {
+			return err
+		}
+	}
+	base := j.opts.BaseEnv
+	for i := range p.Ranks {
+		in := devNull
+		if i == 0 && stdin != nil {
+			in = stdin
+		}
+		if err := j.spawn(i, programs[i], in, base); err != nil {
+			return err
+		}
+	}
+	if stdin != nil && stdin != j.opts.Stdin {
+		stdin.Close() // our copy of rank 0's end of the stdin pipe
+	}
+	return nil
+}
+
+// stdinFile returns the file rank 0 reads: Stdin itself when it is a file that is
+// not a terminal, else the read end of a pipe that a goroutine fills.
+func (j *job) stdinFile() (*os.File, error) {
+	if f, ok := j.opts.Stdin.(*os.File); ok && !term.IsTerminal(int(f.Fd())) {
+		return f, nil
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("launch: stdin pipe: %w", err)
+	}
+	// The copy may stay blocked reading a terminal after the job ends; it holds
+	// nothing but pw, and ends at the next line typed or at exit.
+	go func() {
+		io.Copy(pw, j.opts.Stdin)
+		pw.Close()
+	}()
+	return pr, nil
+}
+
+func (j *job) spawn(i int, path string, stdin *os.File, base []string) error {
+	r := &j.plan.Ranks[i]
+	stdout, stderr, err := j.outputs(i)
+	if err != nil {
+		return err
+	}
+	env := mergeEnv(base, j.plan.Environ(i, j.coord.Addr()))
+	argv := append([]string{r.Argv[0]}, r.Argv[1:]...)
+	attr := &os.ProcAttr{
+		Dir:   j.plan.Dir,
+		Env:   env,
+		Files: []*os.File{stdin, stdout, stderr},
+		Sys: &syscall.SysProcAttr{
+			Setpgid: true,
+			// Go's fork checks the race: if the launcher died between fork and
+			// prctl, the child kills itself.
+			Pdeathsig: syscall.SIGKILL,
+		},
+	}
+	proc, err := os.StartProcess(path, argv, attr)
+	stdout.Close() // the child holds its own copies now
+	stderr.Close()
+	if err != nil {
+		code := ExitLaunchFailed
+		if errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		} else if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
+			code = ExitNotRunnable
+		}
+		return &programError{fmt.Errorf("launch: rank %d: start %s: %w", i, r.Argv[0], err), code}
+	}
+	j.procs[i] = proc
+	j.groups[i] = proc.Pid
+	j.guard.add(proc.Pid)
+	j.res.Ranks[i].PID = proc.Pid
+	j.res.Ranks[i].Started = true
+	j.res.Ranks[i].Status = "running"
+	j.log.Debug("launch: rank started", "rank", i, "pid", proc.Pid)
+	if j.opts.OnStart != nil {
+		j.opts.OnStart(i, proc.Pid)
+	}
+	go func() {
+		st, err := proc.Wait()
+		j.exits <- exitEvent{rank: i, state: st, err: err}
+	}()
+	return nil
+}
+
+// outputs returns the write ends a rank gets as stdout and stderr: files in
+// OutputDir, or pipes whose read ends feed line pumps.
+func (j *job) outputs(i int) (stdout, stderr *os.File, err error) {
+	if j.opts.OutputDir != "" {
+		if err := os.MkdirAll(j.opts.OutputDir, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("launch: output dir: %w", err)
+		}
+		open := func(stream string) (*os.File, error) {
+			name := filepath.Join(j.opts.OutputDir, fmt.Sprintf("rank.%d.%s", i, stream))
+			f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				return nil, fmt.Errorf("launch: output dir: %w", err)
+			}
+			return f, nil
+		}
+		if stdout, err = open("stdout"); err != nil {
+			return nil, nil, err
+		}
+		if stderr, err = open("stderr"); err != nil {
+			stdout.Close()
+			return nil, nil, err
+		}
+		return stdout, stderr, nil
+	}
+	prefix := ""
+	if j.opts.TagOutput {
+		prefix = "[" + strconv.Itoa(i) + "] "
+	}
+	pipe := func(sink *lineSink) (*os.File, error) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("launch: output pipe: %w", err)
+		}
+		j.readEnds = append(j.readEnds, r)
+		pump := newLinePump(prefix, sink)
+		j.pumps.Add(1)
+		go func() {
+			defer j.pumps.Done()
+			pump.run(r)
+		}()
+		return w, nil
+	}
+	if stdout, err = pipe(j.stdout); err != nil {
+		return nil, nil, err
+	}
+	if stderr, err = pipe(j.stderr); err != nil {
+		stdout.Close()
+		return nil, nil, err
+	}
+	return stdout, stderr, nil
+}
+
+// wait runs until every started rank has been reaped.
+func (j *job) wait(ctx context.Context) {
+	running := 0
+	for _, proc := range j.procs {
+		if proc != nil {
+			running++
+		}
+	}
+	var timeout <-chan time.Time
+	if j.opts.Timeout > 0 {
+		t := time.NewTimer(j.opts.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	var grace <-chan time.Time
+	var graceTimer *time.Timer
+	startGrace := func() {
+		if graceTimer == nil {
+			graceTimer = time.NewTimer(j.opts.Grace)
+			grace = graceTimer.C
+		}
+	}
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+	}()
+	if j.cause != "" && running > 0 { // a later rank failed to start
+		j.terminate(syscall.SIGTERM)
+		startGrace()
+	}
+	done := ctx.Done()
+	defer func() {
+		if j.settle != nil {
+			j.settle.Stop()
+		}
+	}()
+	var signals <-chan os.Signal = j.opts.Signals
+	interrupted := false
+	for running > 0 {
+		select {
+		case ev := <-j.exits:
+			running--
+			j.exited(ev)
+			if j.cause != "" && !j.terminated {
+				j.terminated = true
+				j.signalAll(syscall.SIGTERM)
+				startGrace()
+			}
+		case err := <-j.rdzvFail:
+			j.rendezvousFailed(err)
+		case <-j.settleC:
+			j.settleC = nil
+			j.signalAll(syscall.SIGTERM)
+			startGrace()
+		case <-timeout:
+			j.fail(-1, fmt.Sprintf("job timed out after %v", j.opts.Timeout), ExitTimeout)
+			j.terminate(syscall.SIGTERM)
+			startGrace()
+		case <-done:
+			done = nil
+			j.fail(-1, fmt.Sprintf("job stopped: %v", context.Cause(ctx)), ExitLaunchFailed)
+			j.terminate(syscall.SIGTERM)
+			startGrace()
+		case sig := <-signals:
+			s, _ := sig.(syscall.Signal)
+			if interrupted {
+				j.log.Debug("launch: second signal; killing every rank", "signal", sig)
+				j.signalAll(syscall.SIGKILL)
+				continue
+			}
+			interrupted = true
+			j.fail(-1, fmt.Sprintf("interrupted by %s", signalName(s)), 128+int(s))
+			j.terminated = true
+			j.signalAll(s)
+			startGrace()
+		case <-grace:
+			j.log.Debug("launch: grace period over; killing every rank")
+			j.signalAll(syscall.SIGKILL)
+			grace = nil
+		}
+	}
+}
+
+// rendezvousFailed ends a job whose world did not assemble. The ranks that
+// joined have the same error and end on their own, saying so; the missing ones
+// are stopped now, and the rest after a moment to settle.
+func (j *job) rendezvousFailed(err error) {
+	j.fail(-1, strings.TrimPrefix(err.Error(), "rank: "), ExitLaunchFailed)
+	if j.terminated {
+		return
+	}
+	j.terminated = true
+	var re *rank.RendezvousError
+	if errors.As(err, &re) {
+		for _, r := range re.Missing {
+			if r < len(j.groups) && j.groups[r] > 0 {
+				syscall.Kill(-j.groups[r], syscall.SIGTERM)
+			}
+		}
+	}
+	j.settle = time.NewTimer(min(time.Second, j.opts.Grace/2))
+	j.settleC = j.settle.C
+}
+
+func (j *job) terminate(sig syscall.Signal) {
+	if !j.terminated {
+		j.terminated = true
+		j.signalAll(sig)
+	}
+}
+
+// exited records a rank's end and tells the coordinator.
+func (j *job) exited(ev exitEvent) {
+	rr := &j.res.Ranks[ev.rank]
+	if ev.err != nil {
+		rr.Status, rr.Code = "lost: "+ev.err.Error(), ExitLaunchFailed
+	} else {
+		ws := ev.state.Sys().(syscall.WaitStatus)
+		switch {
+		case ws.Signaled():
+			rr.Signal = signalName(ws.Signal())
+			rr.Code = 128 + int(ws.Signal())
+			rr.Status = "killed by " + rr.Signal
+		default:
+			rr.Code = ws.ExitStatus()
+			rr.Status = "exited with status " + strconv.Itoa(rr.Code)
+		}
+	}
+	j.log.Debug("launch: rank ended", "rank", ev.rank, "status", rr.Status)
+	j.coord.RankExited(ev.rank, rr.Status)
+	if rr.Code == 0 {
+		return
+	}
+	// A world that failed to assemble explains a rank's failure better than the
+	// failure itself.
+	select {
+	case err := <-j.rdzvFail:
+		j.rendezvousFailed(err)
+	default:
+	}
+	r := j.plan.Ranks[ev.rank]
+	who := fmt.Sprintf("rank %d (pid %d", ev.rank, rr.PID)
+	if r.Role != "" {
+		who += fmt.Sprintf(", %s %d", r.Role, r.RoleRank)
+	}
+	j.fail(ev.rank, who+") "+rr.Status, rr.Code)
+}
+
+// fail records the job's first failure and prints it, once.
+func (j *job) fail(rank int, cause string, code int) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.cause != "" {
+		return
+	}
+	j.cause, j.code = cause, code
+	j.res.FailedRank = rank
+	j.announced = true
+	j.stderr.write([]byte(j.opts.Name + ": " + cause + "\n"))
+}
+
+// signalAll signals the process group of every started rank, including ranks
+// that already ended (their children may remain in the group).
+func (j *job) signalAll(sig syscall.Signal) {
+	for _, g := range j.groups {
+		if g > 0 {
+			syscall.Kill(-g, sig)
+		}
+	}
+}
+
+// finish kills what is left in the ranks' process groups, drains output for a
+// short while, and stops the guard.
+func (j *job) finish() {
+	j.signalAll(syscall.SIGKILL)
+	drained := make(chan struct{})
+	go func() {
+		j.pumps.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(j.opts.Drain):
+		j.log.Debug("launch: output still open after the ranks ended; closing it")
+		for _, r := range j.readEnds {
+			r.Close()
+		}
+		<-drained
+	}
+	for _, r := range j.readEnds {
+		r.Close()
+	}
+	j.guard.done()
+}
+
+func signalName(s syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
+		syscall.SIGILL: "SIGILL", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS",
+		syscall.SIGFPE: "SIGFPE", syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV",
+		syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM", syscall.SIGTERM: "SIGTERM",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2",
+	}
+	if n, ok := names[s]; ok {
+		return n
+	}
+	return "signal " + strconv.Itoa(int(s))
+}

@@ -1,0 +1,587 @@
+package rank
+
+import (
+	"bufio"
+	"crypto/hmac"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// CoordinatorConfig describes the world a Coordinator assembles.
+type CoordinatorConfig struct {
+	// Addr is the address to listen on; "" means 127.0.0.1:0 (loopback, a free
+	// port). Listen on other interfaces only for multi-node jobs.
+	Addr  string
+	JobID string
+	Token string
+	Size  int
+	// Timeout bounds assembly, counted from the first rank's arrival; 0 means
+	// DefaultRdzvTimeout.
+	Timeout time.Duration
+	// HandshakeTimeout bounds how long a new connection may take to prove the
+	// token; 0 means 10s.
+	HandshakeTimeout time.Duration
+	// Logger receives refused connections and lost ranks; nil discards.
+	Logger *slog.Logger
+	// OnFail, if set, is called once, from a coordinator goroutine, when the world
+	// cannot assemble. err is a *RendezvousError.
+	OnFail func(err error)
+	// OnLost, if set, is called from a coordinator goroutine once for every rank
+	// that joined and then died (its connection broke without a goodbye, or the
+	// launcher reported its exit).
+	OnLost func(rank int, reason string)
+	// ExitReports says that the launcher reports every rank's exit (RankExited).
+	// A connection that breaks without a goodbye then waits up to ExitReportWait
+	// for the report, so that peers learn the exit status, not just "connection
+	// closed".
+	ExitReports bool
+}
+
+// ExitReportWait is how long a broken connection waits for the launcher's report
+// of the rank's exit (CoordinatorConfig.ExitReports).
+const ExitReportWait = 100 * time.Millisecond
+
+// Coordinator runs the rendezvous of one job: ranks connect, prove the job token,
+// join, and receive the world table once all have joined; then it carries their
+// key-value exchange, barriers and the news of lost ranks. The launcher runs one
+// per job; under SLURM without a launcher, rank 0 runs it.
+type Coordinator struct {
+	cfg CoordinatorConfig
+	ln  net.Listener
+	log *slog.Logger
+	wg  sync.WaitGroup
+
+	mu        sync.Mutex
+	closed    bool
+	conns     map[*coordConn]struct{}
+	ranks     []rankState
+	joinedN   int
+	peers     []Peer
+	assembled bool
+	failed    *RendezvousError
+	timer     *time.Timer
+	kv        map[string][]byte
+	waiters   map[string][]waiter
+	barriers  map[uint64]int
+	gone      string // why barriers can no longer complete ("" while they can)
+
+	closeOnce sync.Once
+}
+
+type rankPhase int
+
+const (
+	phaseAbsent rankPhase = iota // not joined yet
+	phaseJoined
+	phaseLeft   // said goodbye
+	phaseLost   // died after joining
+	phaseExited // ended before joining
+)
+
+type rankState struct {
+	phase  rankPhase
+	conn   *coordConn
+	reason string
+}
+
+type waiter struct {
+	c  *coordConn
+	id uint64
+}
+
+// NewCoordinator listens on cfg.Addr and serves until Close.
+func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
+	if cfg.Size < 1 {
+		return nil, fmt.Errorf("rank: coordinator: world size %d: want at least 1", cfg.Size)
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultRdzvTimeout
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = 10 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("rank: coordinator: listen on %s: %w", cfg.Addr, err)
+	}
+	c := &Coordinator{
+		cfg:      cfg,
+		ln:       ln,
+		log:      log,
+		conns:    make(map[*coordConn]struct{}),
+		ranks:    make([]rankState, cfg.Size),
+		peers:    make([]Peer, cfg.Size),
+		kv:       make(map[string][]byte),
+		waiters:  make(map[string][]waiter),
+		barriers: make(map[uint64]int),
+	}
+	c.wg.Add(1)
+	go c.accept()
+	return c, nil
+}
+
+// Addr is the address ranks dial (GEAR_RDZV_ADDR).
+func (c *Coordinator) Addr() string { return c.ln.Addr().String() }
+
+// Close stops listening, drops every connection and waits for the coordinator's
+// goroutines. It is idempotent.
+func (c *Coordinator) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		conns := make([]*coordConn, 0, len(c.conns))
+		for cc := range c.conns {
+			conns = append(conns, cc)
+		}
+		c.mu.Unlock()
+		c.ln.Close()
+		for _, cc := range conns {
+			cc.close()
+		}
+	})
+	c.wg.Wait()
+	return nil
+}
+
+// RankExited tells the coordinator that rank's process ended (the launcher knows
+// this first). A rank that said goodbye is not lost; one that joined and did not is
+// lost now, with reason; one that never joined makes the world fail to assemble
+// as soon as any other rank is waiting for it.
+func (c *Coordinator) RankExited(rank int, reason string) {
+	if rank < 0 || rank >= c.cfg.Size {
+		return
+	}
+	var post []func()
+	c.mu.Lock()
+	st := &c.ranks[rank]
+	switch st.phase {
+	case phaseAbsent:
+		st.phase, st.reason = phaseExited, reason
+		if c.joinedN > 0 {
+			post = c.failLocked(fmt.Sprintf("rank %d ended before joining (%s)", rank, reason))
+		}
+	case phaseJoined:
+		post = c.lostLocked(rank, reason)
+	}
+	c.mu.Unlock()
+	run(post)
+}
+
+func run(fns []func()) {
+	for _, f := range fns {
+		f()
+	}
+}
+
+func (c *Coordinator) accept() {
+	defer c.wg.Done()
+	for {
+		nc, err := c.ln.Accept()
+		if err != nil {
+			return
+		}
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		cc := newCoordConn(nc)
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			nc.Close()
+			continue
+		}
+		c.conns[cc] = struct{}{}
+		c.wg.Add(2)
+		c.mu.Unlock()
+		go func() { defer c.wg.Done(); cc.writeLoop() }()
+		go func() { defer c.wg.Done(); c.serve(cc) }()
+	}
+}
+
+// serve runs one connection: handshake, join, then requests until it ends.
+func (c *Coordinator) serve(cc *coordConn) {
+	rank := -1
+	defer func() {
+		cc.close()
+		var post []func()
+		const reason = "its connection to the coordinator closed"
+		c.mu.Lock()
+		delete(c.conns, cc)
+		if rank >= 0 && c.ranks[rank].conn == cc && c.ranks[rank].phase == phaseJoined {
+			if c.cfg.ExitReports && !c.closed {
+				c.wg.Add(1)
+				time.AfterFunc(ExitReportWait, func() {
+					defer c.wg.Done()
+					c.mu.Lock()
+					var post []func()
+					if !c.closed {
+						post = c.lostLocked(rank, reason)
+					}
+					c.mu.Unlock()
+					run(post)
+				})
+			} else {
+				post = c.lostLocked(rank, reason)
+			}
+		}
+		c.mu.Unlock()
+		run(post)
+	}()
+	remote := cc.nc.RemoteAddr().String()
+	cc.nc.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
+	nonce := newNonce()
+	var e enc
+	e.raw([]byte(wireMagic))
+	e.raw(nonce[:])
+	if err := writeFrame(cc.w, msgHello, e.b); err != nil {
+		return
+	}
+	typ, payload, err := readFrame(cc.r, nil)
+	if err != nil {
+		c.log.Info("rank: coordinator: connection ended before joining", "remote", remote, "err", err)
+		return
+	}
+	if typ != msgJoin {
+		c.log.Warn("rank: coordinator: refused connection: first message is not a join", "remote", remote, "type", typ)
+		return
+	}
+	join, err := decodeJoin(payload)
+	if err != nil {
+		c.log.Warn("rank: coordinator: refused connection: malformed join", "remote", remote, "err", err)
+		return
+	}
+	want := clientProof(c.cfg.Token, nonce[:], join.Nonce[:], join.JobID, join.Peer.Rank)
+	if !hmac.Equal(join.Proof, want) {
+		c.log.Warn("rank: coordinator: refused connection: job token proof does not match", "remote", remote, "claimed_rank", join.Peer.Rank)
+		c.refuse(cc, "job token refused")
+		return
+	}
+	if join.JobID != c.cfg.JobID {
+		c.log.Warn("rank: coordinator: refused connection: wrong job", "remote", remote, "job", join.JobID)
+		c.refuse(cc, fmt.Sprintf("job %q is not this coordinator's job", join.JobID))
+		return
+	}
+	cc.nc.SetDeadline(time.Time{})
+	post, ok := c.join(cc, join, nonce[:], remote)
+	run(post)
+	if !ok {
+		return
+	}
+	rank = join.Peer.Rank
+	buf := make([]byte, 0, 512)
+	for {
+		typ, payload, err := readFrame(cc.r, buf)
+		if err != nil {
+			return
+		}
+		if cap(payload) > cap(buf) {
+			buf = payload[:0]
+		}
+		if bye := c.handle(cc, rank, typ, payload); bye {
+			return
+		}
+	}
+}
+
+func (c *Coordinator) refuse(cc *coordConn, msg string) {
+	var e enc
+	e.str(msg)
+	writeFrame(cc.w, msgRefuse, e.b)
+}
+
+// join admits a rank whose token proof checked out.
+func (c *Coordinator) join(cc *coordConn, m joinMsg, nonce []byte, remote string) (post []func(), ok bool) {
+	r := m.Peer.Rank
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var refusal string
+	switch {
+	case m.Size != c.cfg.Size:
+		refusal = fmt.Sprintf("rank %d says the world has %d ranks; it has %d", r, m.Size, c.cfg.Size)
+	case r < 0 || r >= c.cfg.Size:
+		refusal = fmt.Sprintf("rank %d is outside the world of %d", r, c.cfg.Size)
+	case c.ranks[r].phase != phaseAbsent:
+		refusal = fmt.Sprintf("rank %d joined already", r)
+	}
+	if refusal != "" {
+		c.log.Warn("rank: coordinator: refused join", "remote", remote, "reason", refusal)
+		cc.send(frame(msgRefuse, func(e *enc) { e.str(refusal) }))
+		return nil, false
+	}
+	proof := serverProof(c.cfg.Token, nonce, m.Nonce[:])
+	cc.send(frame(msgWelcome, func(e *enc) { e.bytes(proof) }))
+	if c.failed != nil {
+		cc.send(failFrame(c.failed))
+		return nil, false
+	}
+	c.ranks[r] = rankState{phase: phaseJoined, conn: cc}
+	c.peers[r] = m.Peer
+	c.joinedN++
+	c.log.Debug("rank: coordinator: rank joined", "rank", r, "remote", remote, "joined", c.joinedN, "size", c.cfg.Size)
+	for i := range c.ranks {
+		if c.ranks[i].phase == phaseExited {
+			return c.failLocked(fmt.Sprintf("rank %d ended before joining (%s)", i, c.ranks[i].reason)), true
+		}
+	}
+	if c.joinedN == 1 && c.cfg.Size > 1 {
+		c.timer = time.AfterFunc(c.cfg.Timeout, c.timeout)
+	}
+	if c.joinedN == c.cfg.Size {
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.assembled = true
+		f := frame(msgWorld, func(e *enc) { e.raw(encodeWorld(c.peers)) })
+		for i := range c.ranks {
+			c.ranks[i].conn.send(f)
+		}
+		c.log.Debug("rank: coordinator: world assembled", "size", c.cfg.Size)
+	}
+	return nil, true
+}
+
+func (c *Coordinator) timeout() {
+	c.mu.Lock()
+	var post []func()
+	if !c.assembled && c.failed == nil && !c.closed {
+		post = c.failLocked(fmt.Sprintf("timed out after %v", c.cfg.Timeout))
+	}
+	c.mu.Unlock()
+	run(post)
+}
+
+// failLocked ends assembly: every joined rank gets the error naming the missing
+// ranks, and OnFail runs after the lock is released.
+func (c *Coordinator) failLocked(reason string) []func() {
+	if c.assembled || c.failed != nil {
+		return nil
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	var missing []int
+	for i := range c.ranks {
+		if c.ranks[i].phase != phaseJoined && c.ranks[i].phase != phaseLeft {
+			missing = append(missing, i)
+		}
+	}
+	c.failed = &RendezvousError{Missing: missing, Reason: reason}
+	c.log.Info("rank: coordinator: world did not assemble", "missing", FormatRanks(missing), "reason", reason)
+	f := failFrame(c.failed)
+	for i := range c.ranks {
+		if c.ranks[i].phase == phaseJoined {
+			c.ranks[i].conn.send(f)
+		}
+	}
+	err := c.failed
+	if c.cfg.OnFail == nil {
+		return nil
+	}
+	return []func(){func() { c.cfg.OnFail(err) }}
+}
+
+func failFrame(e *RendezvousError) []byte {
+	return frame(msgFail, func(en *enc) { en.str(e.Reason); en.ints(e.Missing) })
+}
+
+// lostLocked records that a joined rank died and tells everyone.
+func (c *Coordinator) lostLocked(rank int, reason string) []func() {
+	st := &c.ranks[rank]
+	if st.phase != phaseJoined {
+		return nil
+	}
+	st.phase, st.reason = phaseLost, reason
+	if !c.assembled {
+		st.phase = phaseExited
+		return c.failLocked(fmt.Sprintf("rank %d ended before the world assembled (%s)", rank, reason))
+	}
+	c.log.Info("rank: coordinator: rank lost", "rank", rank, "reason", reason)
+	f := frame(msgLost, func(e *enc) { e.int(rank); e.str(reason) })
+	for i := range c.ranks {
+		if c.ranks[i].phase == phaseJoined {
+			c.ranks[i].conn.send(f)
+		}
+	}
+	c.failBarriersLocked(fmt.Sprintf("rank %d lost: %s", rank, reason))
+	if c.cfg.OnLost == nil {
+		return nil
+	}
+	return []func(){func() { c.cfg.OnLost(rank, reason) }}
+}
+
+// failBarriersLocked ends every pending barrier with an error; later barriers fail
+// at once.
+func (c *Coordinator) failBarriersLocked(why string) {
+	if c.gone == "" {
+		c.gone = why
+	}
+	for gen := range c.barriers {
+		f := frame(msgBarrierDone, func(e *enc) { e.uint(gen); e.str(c.gone) })
+		for i := range c.ranks {
+			if c.ranks[i].phase == phaseJoined {
+				c.ranks[i].conn.send(f)
+			}
+		}
+		delete(c.barriers, gen)
+	}
+}
+
+// handle serves one request; it reports whether the rank said goodbye.
+func (c *Coordinator) handle(cc *coordConn, rank int, typ byte, payload []byte) (bye bool) {
+	d := dec{b: payload}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch typ {
+	case msgSet:
+		id, key, val := d.uint(), d.str(maxKey), d.bytes(maxValue)
+		if d.err != nil {
+			break
+		}
+		if _, ok := c.kv[key]; ok {
+			cc.send(frame(msgErr, func(e *enc) { e.uint(id); e.str(fmt.Sprintf("key %q already set", key)) }))
+			return false
+		}
+		c.kv[key] = val
+		cc.send(frame(msgOK, func(e *enc) { e.uint(id) }))
+		for _, w := range c.waiters[key] {
+			w.c.send(valueFrame(w.id, true, val))
+		}
+		delete(c.waiters, key)
+	case msgGet, msgWait:
+		id, key := d.uint(), d.str(maxKey)
+		if d.err != nil {
+			break
+		}
+		val, ok := c.kv[key]
+		if ok || typ == msgGet {
+			cc.send(valueFrame(id, ok, val))
+		} else {
+			c.waiters[key] = append(c.waiters[key], waiter{cc, id})
+		}
+	case msgBarrier:
+		gen := d.uint()
+		if d.err != nil {
+			break
+		}
+		if c.gone != "" {
+			cc.send(frame(msgBarrierDone, func(e *enc) { e.uint(gen); e.str(c.gone) }))
+			return false
+		}
+		c.barriers[gen]++
+		if c.barriers[gen] == c.cfg.Size {
+			delete(c.barriers, gen)
+			f := frame(msgBarrierDone, func(e *enc) { e.uint(gen); e.str("") })
+			for i := range c.ranks {
+				c.ranks[i].conn.send(f)
+			}
+		}
+	case msgBye:
+		c.ranks[rank].phase = phaseLeft
+		c.log.Debug("rank: coordinator: rank left", "rank", rank)
+		c.failBarriersLocked(fmt.Sprintf("rank %d has left the world", rank))
+		return true
+	default:
+		d.err = fmt.Errorf("rank: unknown message type %d", typ)
+	}
+	if d.err != nil {
+		c.log.Warn("rank: coordinator: malformed request; dropping rank", "rank", rank, "err", d.err)
+		cc.nc.Close()
+	}
+	return false
+}
+
+func valueFrame(id uint64, found bool, val []byte) []byte {
+	return frame(msgValue, func(e *enc) { e.uint(id); e.bool(found); e.bytes(val) })
+}
+
+// frame encodes a whole frame (header included) once, so that a broadcast shares it.
+func frame(typ byte, fill func(*enc)) []byte {
+	e := enc{b: make([]byte, 5, 64)}
+	fill(&e)
+	n := len(e.b) - 4
+	e.b[0], e.b[1], e.b[2], e.b[3] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
+	e.b[4] = typ
+	return e.b
+}
+
+// coordConn is one rank's connection; sends are queued and written by writeLoop so
+// that the coordinator never blocks on a slow rank while holding its lock.
+type coordConn struct {
+	nc net.Conn
+	r  *bufio.Reader
+	w  *bufio.Writer // used by serve before writeLoop takes over (handshake only)
+
+	mu     sync.Mutex
+	queue  [][]byte
+	wake   chan struct{}
+	done   chan struct{}
+	closed bool
+}
+
+func newCoordConn(nc net.Conn) *coordConn {
+	return &coordConn{
+		nc:   nc,
+		r:    bufio.NewReaderSize(nc, 4096),
+		w:    bufio.NewWriterSize(nc, 512),
+		wake: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+}
+
+func (cc *coordConn) send(f []byte) {
+	cc.mu.Lock()
+	if !cc.closed {
+		cc.queue = append(cc.queue, f)
+	}
+	cc.mu.Unlock()
+	select {
+	case cc.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (cc *coordConn) close() {
+	cc.mu.Lock()
+	if !cc.closed {
+		cc.closed = true
+		close(cc.done)
+	}
+	cc.mu.Unlock()
+}
+
+func (cc *coordConn) writeLoop() {
+	defer cc.nc.Close()
+	for {
+		cc.mu.Lock()
+		q := cc.queue
+		cc.queue = nil
+		closed := cc.closed
+		cc.mu.Unlock()
+		for _, f := range q {
+			if _, err := cc.nc.Write(f); err != nil {
+				cc.close()
+				return
+			}
+		}
+		if closed {
+			return
+		}
+		select {
+		case <-cc.wake:
+		case <-cc.done:
+		}
+	}
+}

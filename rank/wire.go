@@ -1,0 +1,300 @@
+package rank
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The rendezvous protocol. Every message is one frame:
+//
+//	uint32 big-endian length of what follows | uint8 type | payload
+//
+// Payload fields are unsigned varints, and byte strings written as a varint length
+// followed by the bytes. The exchange on a new connection is:
+//
+//	coordinator -> rank   hello    magic, 32-byte server nonce
+//	rank -> coordinator   join     32-byte client nonce, HMAC proof, the rank's facts
+//	coordinator -> rank   welcome  the coordinator's HMAC proof   (or refuse + close)
+//	coordinator -> rank   world    the table of all ranks, once every rank joined
+//	                               (or fail, naming the ranks that never arrived)
+//
+// after which the rank sends set, get, wait, barrier and bye, and the coordinator
+// answers ok, err, value and barrierDone, and announces lost ranks.
+
+// Message types.
+const (
+	msgHello       byte = 1
+	msgJoin        byte = 2
+	msgWelcome     byte = 3
+	msgRefuse      byte = 4
+	msgWorld       byte = 5
+	msgFail        byte = 6
+	msgSet         byte = 7
+	msgGet         byte = 8
+	msgWait        byte = 9
+	msgOK          byte = 10
+	msgErr         byte = 11
+	msgValue       byte = 12
+	msgBarrier     byte = 13
+	msgBarrierDone byte = 14
+	msgLost        byte = 15
+	msgBye         byte = 16
+)
+
+// wireMagic opens the coordinator's hello; a rank that sees anything else is
+// talking to something that is not a gear coordinator.
+const wireMagic = "GEARRDZV1"
+
+// Limits that keep a hostile or broken peer from making the other side allocate.
+const (
+	maxFrame    = 16 << 20
+	maxValue    = 1 << 20
+	maxKey      = 1 << 10
+	nonceSize   = 32
+	maxEndpoint = 64
+)
+
+var errFrameTooLarge = errors.New("rank: frame too large")
+
+// writeFrame writes one frame. The caller serialises writers.
+func writeFrame(w *bufio.Writer, typ byte, payload []byte) error {
+	var hdr [5]byte
+	binary.BigEndian.PutUint32(hdr[:4], uint32(len(payload)+1))
+	hdr[4] = typ
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	if _, err := w.Write(payload); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// readFrame reads one frame; buf is reused when it is large enough.
+func readFrame(r *bufio.Reader, buf []byte) (typ byte, payload []byte, err error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n == 0 || n > maxFrame {
+		return 0, nil, fmt.Errorf("%w: %d bytes", errFrameTooLarge, n)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, err
+	}
+	return buf[0], buf[1:], nil
+}
+
+// enc builds a payload.
+type enc struct{ b []byte }
+
+func (e *enc) uint(v uint64)  { e.b = binary.AppendUvarint(e.b, v) }
+func (e *enc) int(v int)      { e.uint(uint64(v)) }
+func (e *enc) bytes(v []byte) { e.uint(uint64(len(v))); e.b = append(e.b, v...) }
+func (e *enc) str(v string)   { e.uint(uint64(len(v))); e.b = append(e.b, v...) }
+func (e *enc) raw(v []byte)   { e.b = append(e.b, v...) }
+func (e *enc) bool(v bool)    { e.b = append(e.b, boolByte(v)) }
+func (e *enc) ints(v []int) {
+	e.int(len(v))
+	for _, x := range v {
+		e.int(x)
+	}
+}
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// dec reads a payload; the first error sticks and later reads return zero values.
+type dec struct {
+	b   []byte
+	err error
+}
+
+var errShortPayload = errors.New("rank: malformed message")
+
+func (d *dec) fail() {
+	if d.err == nil {
+		d.err = errShortPayload
+	}
+}
+
+func (d *dec) uint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// int reads a non-negative int that must be at most limit.
+func (d *dec) int(limit int) int {
+	v := d.uint()
+	if v > uint64(limit) {
+		d.fail()
+		return 0
+	}
+	return int(v)
+}
+
+func (d *dec) bytes(limit int) []byte {
+	n := d.int(limit)
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b) {
+		d.fail()
+		return nil
+	}
+	v := append([]byte(nil), d.b[:n]...)
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) str(limit int) string { return string(d.bytes(limit)) }
+
+func (d *dec) raw(n int) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > len(d.b) {
+		d.fail()
+		return nil
+	}
+	v := append([]byte(nil), d.b[:n]...)
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) bool() bool {
+	v := d.raw(1)
+	return len(v) == 1 && v[0] != 0
+}
+
+func (d *dec) ints(count, limit int) []int {
+	n := d.int(count)
+	if d.err != nil {
+		return nil
+	}
+	v := make([]int, 0, min(n, len(d.b)))
+	for i := 0; i < n && d.err == nil; i++ {
+		v = append(v, d.int(limit))
+	}
+	return v
+}
+
+// maxRanks bounds a world's size on the wire.
+const maxRanks = 1 << 20
+
+// joinMsg is what a rank says about itself when it joins.
+type joinMsg struct {
+	Nonce [nonceSize]byte
+	Proof []byte
+	JobID string
+	Peer  Peer
+	Size  int
+}
+
+func (m *joinMsg) encode() []byte {
+	var e enc
+	e.raw(m.Nonce[:])
+	e.bytes(m.Proof)
+	e.str(m.JobID)
+	e.int(m.Size)
+	encodePeer(&e, &m.Peer)
+	return e.b
+}
+
+func decodeJoin(p []byte) (joinMsg, error) {
+	d := dec{b: p}
+	var m joinMsg
+	copy(m.Nonce[:], d.raw(nonceSize))
+	m.Proof = d.bytes(64)
+	m.JobID = d.str(256)
+	m.Size = d.int(maxRanks)
+	m.Peer = decodePeer(&d)
+	return m, d.err
+}
+
+func encodePeer(e *enc, p *Peer) {
+	e.int(p.Rank)
+	e.int(p.LocalRank)
+	e.int(p.LocalSize)
+	e.int(p.Node)
+	e.int(p.NumNodes)
+	e.str(p.Role)
+	e.int(p.RoleRank)
+	e.str(p.Host)
+	e.int(p.PID)
+	e.int(len(p.Endpoints))
+	for _, k := range sortedKeys(p.Endpoints) {
+		e.str(k)
+		e.str(p.Endpoints[k])
+	}
+}
+
+func decodePeer(d *dec) Peer {
+	var p Peer
+	p.Rank = d.int(maxRanks)
+	p.LocalRank = d.int(maxRanks)
+	p.LocalSize = d.int(maxRanks)
+	p.Node = d.int(maxRanks)
+	p.NumNodes = d.int(maxRanks)
+	p.Role = d.str(256)
+	p.RoleRank = d.int(maxRanks)
+	p.Host = d.str(1024)
+	p.PID = d.int(1 << 31)
+	n := d.int(maxEndpoint)
+	for i := 0; i < n && d.err == nil; i++ {
+		if p.Endpoints == nil {
+			p.Endpoints = make(map[string]string, n)
+		}
+		k := d.str(maxKey)
+		p.Endpoints[k] = d.str(maxKey * 4)
+	}
+	return p
+}
+
+func encodeWorld(peers []Peer) []byte {
+	var e enc
+	e.int(len(peers))
+	for i := range peers {
+		encodePeer(&e, &peers[i])
+	}
+	return e.b
+}
+
+func decodeWorld(p []byte) ([]Peer, error) {
+	d := dec{b: p}
+	n := d.int(maxRanks)
+	peers := make([]Peer, 0, min(n, len(p)))
+	for i := 0; i < n && d.err == nil; i++ {
+		peers = append(peers, decodePeer(&d))
+	}
+	if d.err == nil {
+		for i := range peers {
+			if peers[i].Rank != i {
+				return nil, fmt.Errorf("rank: malformed world table: entry %d is rank %d", i, peers[i].Rank)
+			}
+		}
+	}
+	return peers, d.err
+}

@@ -1,0 +1,55 @@
+package rank
+
+import (
+	"bufio"
+	"bytes"
+	"reflect"
+	"testing"
+)
+
+func TestJoinRoundTrip(t *testing.T) {
+	m := joinMsg{Nonce: newNonce(), Proof: []byte("proof"), JobID: "j", Size: 9,
+		Peer: Peer{Rank: 3, LocalRank: 1, LocalSize: 4, Node: 1, NumNodes: 2, Role: "actor",
+			RoleRank: 2, Host: "h/1", PID: 42, Endpoints: map[string]string{"tcp": "127.0.0.1:9", "shm": "gear.j.x"}}}
+	got, err := decodeJoin(m.encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, m) {
+		t.Fatalf("got %+v\nwant %+v", got, m)
+	}
+}
+
+func TestFrameRoundTrip(t *testing.T) {
+	var b bytes.Buffer
+	w := bufio.NewWriter(&b)
+	if err := writeFrame(w, msgSet, []byte("payload")); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b.Bytes(), frame(msgSet, func(e *enc) { e.raw([]byte("payload")) })) {
+		t.Fatal("writeFrame and frame disagree")
+	}
+	typ, p, err := readFrame(bufio.NewReader(&b), nil)
+	if err != nil || typ != msgSet || string(p) != "payload" {
+		t.Fatalf("readFrame = %d %q %v", typ, p, err)
+	}
+	huge := []byte{0xff, 0xff, 0xff, 0xff, 1}
+	if _, _, err := readFrame(bufio.NewReader(bytes.NewReader(huge)), nil); err == nil {
+		t.Fatal("oversized frame accepted")
+	}
+}
+
+// FuzzDecode feeds arbitrary payloads to every decoder: they must fail cleanly,
+// never panic or allocate without bound.
+func FuzzDecode(f *testing.F) {
+	m := joinMsg{Nonce: newNonce(), Proof: []byte("p"), JobID: "j", Size: 2, Peer: Peer{Rank: 1, Host: "h"}}
+	f.Add(m.encode())
+	f.Add(encodeWorld([]Peer{{Rank: 0, Host: "a"}, {Rank: 1, Host: "b", Endpoints: map[string]string{"k": "v"}}}))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		decodeJoin(p)
+		decodeWorld(p)
+		d := dec{b: p}
+		d.ints(maxRanks, maxRanks)
+	})
+}
