@@ -3,6 +3,7 @@
 
 GO ?= go
 NVCC ?= ../shared/tools/nvcc
+KERNELS := cuda/internal/kernels
 FUZZTIME ?= 10s
 
 .PHONY: all build test vet fmt-check unit race fuzz ptx
@@ -32,3 +33,9 @@ fuzz:
 	$(GO) test -run='^$$' -fuzz='^FuzzParseHostlist$$' -fuzztime=$(FUZZTIME) -fuzzminimizetime=50x ./rank
 
 test: fmt-check vet build unit race fuzz
+
+# ptx regenerates the embedded PTX from the CUDA sources (no GPU needed) and
+# records the hashes that TestSumsMatchSources checks.
+ptx:
+	$(NVCC) -ptx -arch=compute_80 -o $(KERNELS)/gear.ptx $(KERNELS)/gear.cu
+	cd $(KERNELS) && sha256sum *.cu *.cuh gear.ptx > SHA256SUMS

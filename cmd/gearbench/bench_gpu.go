@@ -1,5 +1,340 @@
 package main
 
-import "io"
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unsafe"
 
-func benchGPU(args []string, out io.Writer) error { return errNotYet }
+	"golang.org/x/sys/unix"
+
+	"gear/cuda"
+)
+
+// gpuConfig is the configuration of `gearbench gpu`.
+type gpuConfig struct {
+	json       bool
+	cpuOnly    bool
+	blocks     int // gathered blocks
+	blockBytes int
+	capacity   int // blocks in the column table
+	sizes      []int
+	draws      int
+	topK       int
+	reps       int
+	device     int
+	seed       uint64
+}
+
+func parseGPUFlags(args []string, out io.Writer) (gpuConfig, error) {
+	c := gpuConfig{}
+	fs := flag.NewFlagSet("gearbench gpu", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.BoolVar(&c.json, "json", false, "print one JSON object per line")
+	fs.BoolVar(&c.cpuOnly, "cpu-only", false, "run only the CPU sampling paths (no driver needed)")
+	fs.IntVar(&c.blocks, "blocks", 256, "blocks gathered per collection")
+	blockBytes := fs.String("block-bytes", "64K", "bytes of one block")
+	fs.IntVar(&c.capacity, "capacity", 1024, "blocks in the registered column table")
+	sizes := fs.String("sizes", "1000000,100000000", "weight counts N for sampling")
+	fs.IntVar(&c.draws, "draws", 1024, "draws B per weighted sample")
+	fs.IntVar(&c.topK, "k", 1024, "k of the top-k measurement (0 skips it)")
+	fs.IntVar(&c.reps, "reps", 20, "timed repetitions of each GPU measurement (CPU: fewer)")
+	fs.IntVar(&c.device, "device", 0, "CUDA device ordinal")
+	fs.Uint64Var(&c.seed, "seed", 1, "seed of the blocks, weights and draws")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var err error
+	if c.blockBytes, err = parseSize(*blockBytes); err != nil {
+		return c, err
+	}
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return c, fmt.Errorf("bad count %q in --sizes: want decimal counts such as 1000000", s)
+		}
+		c.sizes = append(c.sizes, n)
+	}
+	if c.blocks <= 0 || c.blockBytes <= 0 || c.capacity < c.blocks || c.draws < 0 || c.reps <= 0 || c.topK < 0 {
+		return c, fmt.Errorf("need 0 < blocks <= capacity, block bytes > 0, draws >= 0, k >= 0, reps > 0")
+	}
+	return c, nil
+}
+
+// benchGPU measures the GPU paths against their limits: the zero-copy gather of
+// registered host memory against a contiguous pinned host-to-device copy of the
+// same bytes, and GPU weighted sampling (and top-k) against the CPU twins. Without
+// a CUDA driver it fails with "cuda: no CUDA driver: ..." unless --cpu-only.
+func benchGPU(args []string, out io.Writer) error {
+	c, err := parseGPUFlags(args, out)
+	if err != nil {
+		return err
+	}
+	e := emitter{w: out, json: c.json}
+	ctx := context.Background()
+	if c.cpuOnly {
+		return benchSamplingCPU(e, c)
+	}
+	drv, err := cuda.OpenDriver()
+	if err != nil {
+		return fmt.Errorf("%w (use --cpu-only for the CPU paths alone)", err)
+	}
+	dev, err := drv.Device(c.device)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	name, _ := dev.Name()
+	major, minor, _ := dev.ComputeCapability()
+	if err := e.emit(kv{"bench", "gpu"}, kv{"op", "device"}, kv{"name", name}, kv{"sm", fmt.Sprintf("%d%d", major, minor)}, kv{"driver", drv.Version()}); err != nil {
+		return err
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		return err
+	}
+	defer dev.DestroyStream(s)
+	if err := benchGather(ctx, e, c, dev, s); err != nil {
+		return err
+	}
+	return benchSampling(ctx, e, c, dev, s)
+}
+
+// timeEvents runs f reps times (after one warm-up) between two events on s and
+// returns the median seconds.
+func timeEvents(ctx context.Context, dev *cuda.Device, s cuda.Stream, reps int, f func() error) (float64, error) {
+	start, err := dev.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer dev.DestroyEvent(start)
+	end, err := dev.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer dev.DestroyEvent(end)
+	var secs []float64
+	for i := -1; i < reps; i++ {
+		if err := dev.Record(start, s); err != nil {
+			return 0, err
+		}
+		if err := f(); err != nil {
+			return 0, err
+		}
+		if err := dev.Record(end, s); err != nil {
+			return 0, err
+		}
+		if err := dev.EventSynchronize(ctx, end); err != nil {
+			return 0, err
+		}
+		d, err := dev.Elapsed(start, end)
+		if err != nil {
+			return 0, err
+		}
+		if i >= 0 {
+			secs = append(secs, d.Seconds())
+		}
+	}
+	return median(secs), nil
+}
+
+func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream) error {
+	// The column table: shared memory as a shard maps it, registered mapped.
+	table, err := unix.Mmap(-1, 0, c.capacity*c.blockBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return fmt.Errorf("mapping the column table: %w", err)
+	}
+	defer unix.Munmap(table)
+	r := rand.New(rand.NewPCG(c.seed, 1))
+	for i := 0; i < len(table); i += 8 {
+		*(*uint64)(unsafe.Pointer(&table[i])) = r.Uint64()
+	}
+	tdev, err := dev.RegisterHost(table)
+	if err != nil {
+		return err
+	}
+	defer dev.UnregisterHost(table)
+	idx := make([]int64, c.blocks)
+	for i, p := range r.Perm(c.capacity)[:c.blocks] {
+		idx[i] = int64(p)
+	}
+	spec := cuda.GatherSpec{BlockBytes: c.blockBytes, Capacity: c.capacity}
+	total := c.blocks * c.blockBytes
+	dst, err := dev.Alloc(total)
+	if err != nil {
+		return err
+	}
+	defer dev.Free(dst)
+	g, err := dev.NewGatherer()
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	gatherSecs, err := timeEvents(ctx, dev, s, c.reps, func() error {
+		return g.Gather(ctx, s, dst, tdev, idx, nil, spec)
+	})
+	if err != nil {
+		return err
+	}
+	got := make([]byte, total)
+	if err := dev.CopyDtoH(got, dst); err != nil {
+		return err
+	}
+	want := make([]byte, total)
+	if err := cuda.GatherCPU(want, table, idx, nil, spec); err != nil {
+		return err
+	}
+	if !slices.Equal(got, want) {
+		return fmt.Errorf("gather: the GPU's rows differ from the CPU twin's")
+	}
+	// The limit: one contiguous copy of the same bytes from pinned memory.
+	pinned, err := dev.AllocHost(total)
+	if err != nil {
+		return err
+	}
+	defer dev.FreeHost(pinned)
+	copy(pinned, want)
+	copySecs, err := timeEvents(ctx, dev, s, c.reps, func() error {
+		return dev.CopyHtoDAsync(dst, pinned, s)
+	})
+	if err != nil {
+		return err
+	}
+	gbps, cbps := float64(total)/gatherSecs, float64(total)/copySecs
+	if err := e.emit(kv{"bench", "gpu"}, kv{"op", "pinned_copy"}, kv{"bytes", total}, kv{"seconds", copySecs}, kv{"bytes_per_s", cbps}); err != nil {
+		return err
+	}
+	return e.emit(kv{"bench", "gpu"}, kv{"op", "gather"}, kv{"blocks", c.blocks}, kv{"block_bytes", c.blockBytes},
+		kv{"bytes", total}, kv{"seconds", gatherSecs}, kv{"bytes_per_s", gbps}, kv{"of_pinned_copy", gbps / cbps})
+}
+
+// sampleWeights returns n seeded float32 weights, one in ten of them zero.
+func sampleWeights(n int, seed uint64) []float32 {
+	r := rand.New(rand.NewPCG(seed, 2))
+	w := make([]float32, n)
+	for i := range w {
+		if r.IntN(10) != 0 {
+			w[i] = float32(math.Exp(r.NormFloat64()))
+		}
+	}
+	return w
+}
+
+// timeWall runs f reps times (after one warm-up) and returns the median seconds.
+func timeWall(reps int, f func() error) (float64, error) {
+	var secs []float64
+	for i := -1; i < reps; i++ {
+		t0 := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		if i >= 0 {
+			secs = append(secs, time.Since(t0).Seconds())
+		}
+	}
+	return median(secs), nil
+}
+
+// cpuReps is the repetitions of a CPU measurement over n weights.
+func cpuReps(c gpuConfig, n int) int {
+	return max(1, min(c.reps, int(3e8/float64(n))))
+}
+
+func benchSampling(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream) error {
+	sampler, err := dev.NewSampler()
+	if err != nil {
+		return err
+	}
+	defer sampler.Close()
+	for _, n := range c.sizes {
+		w := sampleWeights(n, c.seed+uint64(n))
+		wdev, err := dev.Alloc(4 * n)
+		if err != nil {
+			return err
+		}
+		err = func() error {
+			defer dev.Free(wdev)
+			if err := dev.CopyHtoD(wdev, unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), 4*n)); err != nil {
+				return err
+			}
+			draws := cuda.UniformDraws(c.seed, c.draws)
+			gpuOut, cpuOut := make([]int64, c.draws), make([]int64, c.draws)
+			gpuSecs, err := timeWall(c.reps, func() error {
+				return sampler.WeightedSample(ctx, s, wdev, n, cuda.Float32, draws, gpuOut)
+			})
+			if err != nil {
+				return err
+			}
+			cpuSecs, err := timeWall(cpuReps(c, n), func() error { return cuda.WeightedSampleCPU(w, draws, cpuOut) })
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(gpuOut, cpuOut) {
+				return fmt.Errorf("weighted sample n=%d: GPU and CPU twin chose different indices", n)
+			}
+			if err := e.emit(kv{"bench", "gpu"}, kv{"op", "weighted_sample"}, kv{"n", n}, kv{"draws", c.draws},
+				kv{"gpu_seconds", gpuSecs}, kv{"cpu_seconds", cpuSecs}, kv{"speedup", cpuSecs / gpuSecs}); err != nil {
+				return err
+			}
+			if c.topK == 0 || c.topK > n {
+				return nil
+			}
+			gk, ck := make([]int64, c.topK), make([]int64, c.topK)
+			gpuSecs, err = timeWall(c.reps, func() error { return sampler.TopK(ctx, s, wdev, n, cuda.Float32, gk) })
+			if err != nil {
+				return err
+			}
+			cpuSecs, err = timeWall(cpuReps(c, n), func() error { return cuda.TopKCPU(w, c.topK, ck) })
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(gk, ck) {
+				return fmt.Errorf("top-k n=%d: GPU and CPU twin chose different indices", n)
+			}
+			return e.emit(kv{"bench", "gpu"}, kv{"op", "topk"}, kv{"n", n}, kv{"k", c.topK},
+				kv{"gpu_seconds", gpuSecs}, kv{"cpu_seconds", cpuSecs}, kv{"speedup", cpuSecs / gpuSecs})
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchSamplingCPU measures the CPU twins alone.
+func benchSamplingCPU(e emitter, c gpuConfig) error {
+	for _, n := range c.sizes {
+		w := sampleWeights(n, c.seed+uint64(n))
+		draws := cuda.UniformDraws(c.seed, c.draws)
+		out := make([]int64, c.draws)
+		secs, err := timeWall(cpuReps(c, n), func() error { return cuda.WeightedSampleCPU(w, draws, out) })
+		if err != nil {
+			return err
+		}
+		if err := e.emit(kv{"bench", "gpu"}, kv{"op", "weighted_sample_cpu"}, kv{"n", n}, kv{"draws", c.draws}, kv{"cpu_seconds", secs}); err != nil {
+			return err
+		}
+		if c.topK == 0 || c.topK > n {
+			continue
+		}
+		k := make([]int64, c.topK)
+		secs, err = timeWall(cpuReps(c, n), func() error { return cuda.TopKCPU(w, c.topK, k) })
+		if err != nil {
+			return err
+		}
+		if err := e.emit(kv{"bench", "gpu"}, kv{"op", "topk_cpu"}, kv{"n", n}, kv{"k", c.topK}, kv{"cpu_seconds", secs}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,356 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"math/bits"
+	"sync"
+	"unsafe"
+)
+
+// GatherSpec describes a column table and the window read from each selected
+// block. A table holds Capacity blocks of BlockBytes; a block is a chain of frames
+// of FrameBytes. Output row r is (HeadPad + Length + TailPad) frames: HeadPad
+// frames of zeros, Length frames read from block indices[r] starting at frame
+// Offset (or offsets[r]), and TailPad frames of zeros.
+type GatherSpec struct {
+	BlockBytes int // bytes of one block: the table's stride
+	Capacity   int // blocks in the table; every index must be below it
+	FrameBytes int // bytes of one frame; 0 means the block is one frame
+	Offset     int // first frame read, when no per-row offsets are given
+	Length     int // frames read; 0 means from Offset to the end of the block
+	HeadPad    int // frames of zeros before the data
+	TailPad    int // frames of zeros after the data
+}
+
+// layout is a GatherSpec resolved to bytes.
+type layout struct {
+	block, frame, off, copy, head, row int64
+}
+
+func (s GatherSpec) resolve(perRowOffsets bool) (layout, error) {
+	if s.BlockBytes <= 0 {
+		return layout{}, fmt.Errorf("cuda: gather: block bytes %d must be positive", s.BlockBytes)
+	}
+	if s.Capacity <= 0 {
+		return layout{}, fmt.Errorf("cuda: gather: capacity %d must be positive", s.Capacity)
+	}
+	frame := s.FrameBytes
+	if frame == 0 {
+		frame = s.BlockBytes
+	}
+	if frame < 0 || s.BlockBytes%frame != 0 {
+		return layout{}, fmt.Errorf("cuda: gather: frame bytes %d must divide block bytes %d", s.FrameBytes, s.BlockBytes)
+	}
+	frames := s.BlockBytes / frame
+	if s.Offset < 0 || s.HeadPad < 0 || s.TailPad < 0 || s.Length < 0 {
+		return layout{}, fmt.Errorf("cuda: gather: window offset %d, length %d, padding %d+%d must not be negative", s.Offset, s.Length, s.HeadPad, s.TailPad)
+	}
+	length := s.Length
+	if length == 0 {
+		if perRowOffsets {
+			return layout{}, fmt.Errorf("cuda: gather: per-row offsets need an explicit window length")
+		}
+		length = frames - s.Offset
+	}
+	if !perRowOffsets && s.Offset+length > frames {
+		return layout{}, fmt.Errorf("cuda: gather: window [%d, %d) exceeds the block's %d frames", s.Offset, s.Offset+length, frames)
+	}
+	if length > frames {
+		return layout{}, fmt.Errorf("cuda: gather: window length %d exceeds the block's %d frames", length, frames)
+	}
+	f := int64(frame)
+	return layout{
+		block: int64(s.BlockBytes), frame: f, off: int64(s.Offset) * f, copy: int64(length) * f,
+		head: int64(s.HeadPad) * f, row: int64(s.HeadPad+length+s.TailPad) * f,
+	}, nil
+}
+
+// RowBytes is the size of one output row: (HeadPad + Length + TailPad) frames.
+func (s GatherSpec) RowBytes() (int, error) {
+	l, err := s.resolve(false)
+	return int(l.row), err
+}
+
+// check validates the indices and offsets against the layout.
+func (l layout) check(s GatherSpec, indices []int64, offsets []int) error {
+	if offsets != nil && len(offsets) != len(indices) {
+		return fmt.Errorf("cuda: gather: %d offsets for %d indices", len(offsets), len(indices))
+	}
+	frames := l.block / l.frame
+	for r, ix := range indices {
+		if ix < 0 || ix >= int64(s.Capacity) {
+			return fmt.Errorf("cuda: gather: index %d (row %d) outside the table's %d blocks", ix, r, s.Capacity)
+		}
+		if offsets != nil {
+			o := int64(offsets[r])
+			if o < 0 || o*l.frame+l.copy > l.block {
+				return fmt.Errorf("cuda: gather: row %d: window [%d, %d) outside the block's %d frames", r, o, o+l.copy/l.frame, frames)
+			}
+		}
+	}
+	return nil
+}
+
+// GatherCPU is the CPU twin of the gather kernel: it writes len(indices) rows of
+// spec.RowBytes() into dst from the column table (Capacity*BlockBytes bytes).
+// offsets, if not nil, gives each row's first frame.
+func GatherCPU(dst, table []byte, indices []int64, offsets []int, spec GatherSpec) error {
+	l, err := spec.resolve(offsets != nil)
+	if err != nil {
+		return err
+	}
+	if err := l.check(spec, indices, offsets); err != nil {
+		return err
+	}
+	if int64(len(table)) < int64(spec.Capacity)*l.block {
+		return fmt.Errorf("cuda: gather: table of %d bytes, want %d blocks of %d", len(table), spec.Capacity, l.block)
+	}
+	if int64(len(dst)) < int64(len(indices))*l.row {
+		return fmt.Errorf("cuda: gather: destination of %d bytes, want %d rows of %d", len(dst), len(indices), l.row)
+	}
+	for r, ix := range indices {
+		off := l.off
+		if offsets != nil {
+			off = int64(offsets[r]) * l.frame
+		}
+		row := dst[int64(r)*l.row : int64(r+1)*l.row]
+		clear(row[:l.head])
+		src := ix*l.block + off
+		copy(row[l.head:l.head+l.copy], table[src:src+l.copy])
+		clear(row[l.head+l.copy:])
+	}
+	return nil
+}
+
+// gatherUnroll is GEAR_GATHER_UNROLL in gather.cuh.
+const gatherUnroll = 4
+
+// gatherShape picks the element width (16, 4 or 1 bytes) and the launch shape.
+func gatherShape(dst, table DevicePtr, l layout, perRowOffsets bool, rows int) (width int, grid, block Dim3) {
+	all := uint64(dst) | uint64(table) | uint64(l.block) | uint64(l.off) | uint64(l.copy) | uint64(l.head) | uint64(l.row)
+	if perRowOffsets {
+		all |= uint64(l.frame)
+	}
+	switch {
+	case all%16 == 0:
+		width = 16
+	case all%4 == 0:
+		width = 4
+	default:
+		width = 1
+	}
+	units := l.row / int64(width)
+	threads := 256
+	if perThread := (units + gatherUnroll - 1) / gatherUnroll; perThread < 256 {
+		threads = max(32, 1<<bits.Len64(uint64(perThread-1)))
+	}
+	gx := (units + int64(threads*gatherUnroll) - 1) / int64(threads*gatherUnroll)
+	gx = min(max(gx, 1), 1<<20)
+	gy := min(rows, 65535)
+	return width, Dim3{X: int(gx), Y: gy, Z: 1}, Dim3{X: threads, Y: 1, Z: 1}
+}
+
+// LaunchGather enqueues the gather kernel on stream s: rows output rows into dst
+// from the column table at table (a device pointer, usually of registered host
+// memory), with the rows' block indices read from the int64 device array indices
+// and, when offsetBytes is not 0, each row's window start in bytes from the int64
+// device array offsetBytes. It trusts its caller: Gatherer.Gather validates the
+// indices and moves them to the device first.
+func (dev *Device) LaunchGather(s Stream, dst, table, indices, offsetBytes DevicePtr, rows int, spec GatherSpec) error {
+	l, err := spec.resolve(offsetBytes != 0)
+	if err != nil {
+		return err
+	}
+	return dev.launchGather(s, dst, table, indices, offsetBytes, rows, l)
+}
+
+func (dev *Device) launchGather(s Stream, dst, table, indices, offsetBytes DevicePtr, rows int, l layout) error {
+	if rows == 0 || l.row == 0 {
+		return nil
+	}
+	k, err := dev.gear()
+	if err != nil {
+		return err
+	}
+	width, grid, block := gatherShape(dst, table, l, offsetBytes != 0, rows)
+	fn := k.gatherV1
+	switch width {
+	case 16:
+		fn = k.gatherV16
+	case 4:
+		fn = k.gatherV4
+	}
+	return dev.Launch(fn, LaunchConfig{Grid: grid, Block: block, Stream: s},
+		dst, table, indices, offsetBytes, uint64(rows), uint64(l.block), uint64(l.off),
+		uint64(l.head), uint64(l.copy), uint64(l.row))
+}
+
+// Gatherer runs the gather kernel for host-side index lists: it validates them,
+// stages them in pinned memory, copies them to the device and launches, all on
+// the caller's stream. A Gatherer serves one call at a time.
+type Gatherer struct {
+	dev *Device
+
+	mu      sync.Mutex
+	stage   []byte    // pinned: indices, then offsets in bytes
+	devBuf  DevicePtr // the same on the device
+	rows    int       // rows the buffers hold
+	staged  Event     // recorded after the last copy out of stage
+	done    Event     // recorded after the last kernel, which reads devBuf
+	last    Stream    // the stream of the last call
+	pending bool      // the events have been recorded and may not have passed
+	closed  bool
+}
+
+// NewGatherer creates a Gatherer on dev. Close releases its buffers.
+func (dev *Device) NewGatherer() (*Gatherer, error) {
+	staged, err := dev.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	done, err := dev.NewEvent()
+	if err != nil {
+		_ = dev.DestroyEvent(staged)
+		return nil, err
+	}
+	return &Gatherer{dev: dev, staged: staged, done: done}, nil
+}
+
+// Gather enqueues, on stream s, the gather of the rows named by indices (local
+// block indices of the table) into dst, which must hold len(indices) rows of
+// spec.RowBytes(). table is the device pointer of the column table (RegisterHost
+// or HostDevicePointer for host memory, or device memory). offsets, if not nil,
+// gives each row's first frame. Gather returns once the work is enqueued; dst is
+// complete when s has passed it (StreamSynchronize). It blocks only to wait for
+// its previous call's index copy, under ctx.
+func (g *Gatherer) Gather(ctx context.Context, s Stream, dst, table DevicePtr, indices []int64, offsets []int, spec GatherSpec) error {
+	l, err := spec.resolve(offsets != nil)
+	if err != nil {
+		return err
+	}
+	if err := l.check(spec, indices, offsets); err != nil {
+		return err
+	}
+	if len(indices) == 0 {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return fmt.Errorf("%w: gatherer", ErrClosed)
+	}
+	if g.pending {
+		// On the same stream the previous kernel reads the device copy of its
+		// indices before this call's copy lands; only the staging memory must
+		// be free. On another stream, wait for the previous kernel too.
+		wait := g.staged
+		if s != g.last {
+			wait = g.done
+		}
+		if err := g.dev.EventSynchronize(ctx, wait); err != nil {
+			return err
+		}
+		g.pending = false
+	}
+	rows := len(indices)
+	if rows > g.rows {
+		if err := g.waitDone(ctx); err != nil {
+			return err
+		}
+		if err := g.grow(rows); err != nil {
+			return err
+		}
+	}
+	idx := unsafe.Slice((*int64)(unsafe.Pointer(&g.stage[0])), 2*g.rows)
+	copy(idx, indices)
+	n := rows * 8
+	var offDev DevicePtr
+	if offsets != nil {
+		for r, o := range offsets {
+			idx[g.rows+r] = int64(o) * l.frame
+		}
+		offDev = g.devBuf.Add(g.rows * 8)
+	}
+	if err := g.dev.CopyHtoDAsync(g.devBuf, g.stage[:n], s); err != nil {
+		return err
+	}
+	if offsets != nil {
+		if err := g.dev.CopyHtoDAsync(offDev, g.stage[g.rows*8:g.rows*8+n], s); err != nil {
+			return err
+		}
+	}
+	if err := g.dev.Record(g.staged, s); err != nil {
+		return err
+	}
+	if err := g.dev.launchGather(s, dst, table, g.devBuf, offDev, rows, l); err != nil {
+		return err
+	}
+	if err := g.dev.Record(g.done, s); err != nil {
+		return err
+	}
+	g.pending, g.last = true, s
+	return nil
+}
+
+// waitDone waits for the last kernel, before its buffers are replaced.
+func (g *Gatherer) waitDone(ctx context.Context) error {
+	if g.rows == 0 {
+		return nil
+	}
+	return g.dev.EventSynchronize(ctx, g.done)
+}
+
+// grow replaces the buffers with ones for at least rows rows. The previous
+// copies have passed (Gather waited for them).
+func (g *Gatherer) grow(rows int) error {
+	rows = max(rows, 2*g.rows, 256)
+	if err := g.free(); err != nil {
+		return err
+	}
+	stage, err := g.dev.AllocHost(rows * 16)
+	if err != nil {
+		return err
+	}
+	buf, err := g.dev.Alloc(rows * 16)
+	if err != nil {
+		_ = g.dev.FreeHost(stage)
+		return err
+	}
+	g.stage, g.devBuf, g.rows = stage, buf, rows
+	return nil
+}
+
+func (g *Gatherer) free() error {
+	var err error
+	if g.devBuf != 0 {
+		err = g.dev.Free(g.devBuf)
+	}
+	if g.stage != nil {
+		if e := g.dev.FreeHost(g.stage); err == nil {
+			err = e
+		}
+	}
+	g.stage, g.devBuf, g.rows = nil, 0, 0
+	return err
+}
+
+// Close waits for the last kernel and frees the Gatherer's buffers.
+func (g *Gatherer) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	err := g.waitDone(context.Background())
+	if e := g.free(); err == nil {
+		err = e
+	}
+	for _, ev := range []Event{g.staged, g.done} {
+		if e := g.dev.DestroyEvent(ev); err == nil {
+			err = e
+		}
+	}
+	return err
+}

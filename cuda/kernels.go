@@ -1,0 +1,61 @@
+package cuda
+
+import (
+	"fmt"
+
+	"gear/cuda/internal/kernels"
+)
+
+// PTX returns gear's embedded PTX module (compiled from cuda/internal/kernels for
+// compute_80), for tools that load it themselves.
+func PTX() string { return kernels.PTX }
+
+// gearKernels is gear's PTX module loaded into one device, with its functions.
+type gearKernels struct {
+	mod                           *Module
+	gatherV16, gatherV4, gatherV1 Function
+	wsTiles, wsDraws              [2]Function // [0] float32, [1] float64
+	wsScan                        Function
+	topkInit, topkSelect          Function
+	topkHist, topkCollect         [2]Function
+}
+
+// gear returns the device's kernels, loading the embedded PTX on first use.
+func (dev *Device) gear() (*gearKernels, error) {
+	dev.kernelsOnce.Do(func() {
+		if dev.closed.Load() {
+			return
+		}
+		dev.kernels, dev.kernelsErr = loadGearKernels(dev)
+	})
+	if dev.kernels == nil && dev.kernelsErr == nil {
+		return nil, fmt.Errorf("%w: device %d", ErrClosed, dev.ordinal)
+	}
+	return dev.kernels, dev.kernelsErr
+}
+
+func loadGearKernels(dev *Device) (*gearKernels, error) {
+	mod, err := dev.LoadModule(kernels.PTX)
+	if err != nil {
+		return nil, fmt.Errorf("%w (gear's embedded PTX)", err)
+	}
+	k := &gearKernels{mod: mod}
+	for _, f := range []struct {
+		fn   *Function
+		name string
+	}{
+		{&k.gatherV16, "gear_gather_v16"}, {&k.gatherV4, "gear_gather_v4"}, {&k.gatherV1, "gear_gather_v1"},
+		{&k.wsTiles[0], "gear_ws_tiles_f32"}, {&k.wsTiles[1], "gear_ws_tiles_f64"},
+		{&k.wsScan, "gear_ws_scan"},
+		{&k.wsDraws[0], "gear_ws_draws_f32"}, {&k.wsDraws[1], "gear_ws_draws_f64"},
+		{&k.topkInit, "gear_topk_init"}, {&k.topkSelect, "gear_topk_select"},
+		{&k.topkHist[0], "gear_topk_hist_f32"}, {&k.topkHist[1], "gear_topk_hist_f64"},
+		{&k.topkCollect[0], "gear_topk_collect_f32"}, {&k.topkCollect[1], "gear_topk_collect_f64"},
+	} {
+		if *f.fn, err = mod.Function(f.name); err != nil {
+			_ = mod.Unload()
+			return nil, err
+		}
+	}
+	return k, nil
+}

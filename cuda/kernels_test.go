@@ -1,0 +1,363 @@
+package cuda_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"gear/cuda"
+)
+
+// mapTable maps anonymous shared memory the way a shard maps its column tables,
+// fills it with seeded bytes, and registers it with dev.
+func mapTable(t *testing.T, dev *cuda.Device, bytes int, seed uint64) ([]byte, cuda.DevicePtr) {
+	t.Helper()
+	mem, err := unix.Mmap(-1, 0, bytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(seed, 1))
+	for i := range mem {
+		mem[i] = byte(r.Uint32())
+	}
+	dp, err := dev.RegisterHost(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := dev.UnregisterHost(mem); err != nil {
+			t.Errorf("UnregisterHost: %v", err)
+		}
+		if err := unix.Munmap(mem); err != nil {
+			t.Error(err)
+		}
+	})
+	return mem, dp
+}
+
+func TestGatherMatchesCPU(t *testing.T) {
+	onDevices(t, func(t *testing.T, dev *cuda.Device, gpu bool) {
+		ctx := context.Background()
+		cases := []struct {
+			name    string
+			spec    cuda.GatherSpec
+			rows    int
+			offsets bool
+		}{
+			{"whole blocks", cuda.GatherSpec{BlockBytes: 4096, Capacity: 64}, 40, false},
+			{"window with padding", cuda.GatherSpec{BlockBytes: 64 * 48, Capacity: 50, FrameBytes: 48, Offset: 5, Length: 20, HeadPad: 3, TailPad: 7}, 33, false},
+			{"per-row offsets", cuda.GatherSpec{BlockBytes: 16 * 32, Capacity: 30, FrameBytes: 32, Length: 6, HeadPad: 1, TailPad: 2}, 25, true},
+			{"4-byte elements", cuda.GatherSpec{BlockBytes: 36 * 10, Capacity: 20, FrameBytes: 36, Offset: 1, Length: 8, TailPad: 1}, 17, false},
+			{"1-byte elements", cuda.GatherSpec{BlockBytes: 33 * 7, Capacity: 20, FrameBytes: 33, Offset: 2, Length: 3, HeadPad: 2}, 19, false},
+			{"long rows", cuda.GatherSpec{BlockBytes: 64 << 10, Capacity: 6}, 5, false},
+			{"tiny rows", cuda.GatherSpec{BlockBytes: 16, Capacity: 300}, 1000, false},
+		}
+		if gpu {
+			cases = append(cases, struct {
+				name    string
+				spec    cuda.GatherSpec
+				rows    int
+				offsets bool
+			}{"256 x 64KiB", cuda.GatherSpec{BlockBytes: 64 << 10, Capacity: 1024}, 256, false})
+		}
+		g, err := dev.NewGatherer()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := g.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		s, err := dev.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer dev.DestroyStream(s)
+		for ci, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				table, tdev := mapTable(t, dev, c.spec.Capacity*c.spec.BlockBytes, uint64(ci))
+				r := rand.New(rand.NewPCG(uint64(ci), 2))
+				idx := make([]int64, c.rows)
+				for i := range idx {
+					idx[i] = r.Int64N(int64(c.spec.Capacity))
+				}
+				var offs []int
+				if c.offsets {
+					frames := c.spec.BlockBytes / c.spec.FrameBytes
+					offs = make([]int, c.rows)
+					for i := range offs {
+						offs[i] = r.IntN(frames - c.spec.Length + 1)
+					}
+				}
+				rowBytes, err := c.spec.RowBytes()
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := make([]byte, c.rows*rowBytes)
+				for i := range want {
+					want[i] = 0xee // GatherCPU must overwrite everything
+				}
+				if err := cuda.GatherCPU(want, table, idx, offs, c.spec); err != nil {
+					t.Fatal(err)
+				}
+				dst := toDevice(t, dev, bytes.Repeat([]byte{0xee}, len(want)))
+				if err := g.Gather(ctx, s, dst, tdev, idx, offs, c.spec); err != nil {
+					t.Fatal(err)
+				}
+				if err := dev.StreamSynchronize(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]byte, len(want))
+				if err := dev.CopyDtoH(got, dst); err != nil {
+					t.Fatal(err)
+				}
+				if i := firstDiff(got, want); i >= 0 {
+					t.Fatalf("row %d byte %d: got %#x, want %#x", i/rowBytes, i%rowBytes, got[i], want[i])
+				}
+			})
+		}
+	})
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
+
+// weights returns n seeded weights with runs of zeros, whole zero tiles, and
+// magnitudes over many orders, as priorities look.
+func weights[W float32 | float64](n int, seed uint64) []W {
+	r := rand.New(rand.NewPCG(seed, 3))
+	w := make([]W, n)
+	for i := range w {
+		switch {
+		case (i/8192)%5 == 3: // every fifth tile is empty
+		case r.IntN(7) == 0: // zero runs inside tiles
+		default:
+			w[i] = W(math.Exp(r.NormFloat64() * 3))
+		}
+	}
+	return w
+}
+
+func testWeightedSample[W float32 | float64](t *testing.T, dev *cuda.Device, s *cuda.Sampler, dt cuda.DType, n, b int, seed uint64) {
+	t.Helper()
+	ctx := context.Background()
+	w := weights[W](n, seed)
+	if n > 0 && n < 8192*3 {
+		w[n-1] = 1 // never all zero
+	}
+	draws := cuda.UniformDraws(seed, b)
+	draws = append(draws, 0, math.Nextafter(1, 0), 0.5)
+	want := make([]int64, len(draws))
+	if err := cuda.WeightedSampleCPU(w, draws, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int64, len(draws))
+	if err := s.WeightedSample(ctx, 0, toDevice(t, dev, w), n, dt, draws, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("n=%d draw %d (%v): GPU picked %d, CPU twin %d", n, i, draws[i], got[i], want[i])
+		}
+		if w[got[i]] <= 0 {
+			t.Fatalf("n=%d draw %d picked index %d of weight %v", n, i, got[i], w[got[i]])
+		}
+	}
+}
+
+func TestWeightedSampleMatchesCPU(t *testing.T) {
+	onDevices(t, func(t *testing.T, dev *cuda.Device, gpu bool) {
+		s, err := dev.NewSampler()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		sizes := []int{1, 5, 8191, 8192, 8193, 70001}
+		draws := 300
+		if gpu {
+			sizes = append(sizes, 1_000_000, 10_000_000+7)
+			draws = 4096
+		}
+		for _, n := range sizes {
+			t.Run(fmt.Sprintf("float32/n=%d", n), func(t *testing.T) {
+				testWeightedSample[float32](t, dev, s, cuda.Float32, n, draws, uint64(n))
+			})
+			t.Run(fmt.Sprintf("float64/n=%d", n), func(t *testing.T) {
+				testWeightedSample[float64](t, dev, s, cuda.Float64, n, draws, uint64(n)+1)
+			})
+		}
+	})
+}
+
+func TestWeightedSampleErrors(t *testing.T) {
+	onDevices(t, func(t *testing.T, dev *cuda.Device, gpu bool) {
+		ctx := context.Background()
+		s, err := dev.NewSampler()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		for _, c := range []struct {
+			name  string
+			w     []float32
+			draws []float64
+			want  error
+		}{
+			{"negative weight", []float32{1, -1, 2}, []float64{0.5}, cuda.ErrBadWeight},
+			{"NaN weight", []float32{1, float32(math.NaN())}, []float64{0.5}, cuda.ErrBadWeight},
+			{"infinite weight", []float32{float32(math.Inf(1)), 1}, []float64{0.5}, cuda.ErrBadWeight},
+			{"all zero", make([]float32, 9000), []float64{0.5}, cuda.ErrZeroTotal},
+			{"draw of one", []float32{1, 2}, []float64{0.2, 1}, cuda.ErrBadDraw},
+			{"negative draw", []float32{1, 2}, []float64{-0.1}, cuda.ErrBadDraw},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				out := make([]int64, len(c.draws))
+				if err := cuda.WeightedSampleCPU(c.w, c.draws, out); !errors.Is(err, c.want) {
+					t.Errorf("CPU: got %v, want %v", err, c.want)
+				}
+				err := s.WeightedSample(ctx, 0, toDevice(t, dev, c.w), len(c.w), cuda.Float32, c.draws, out)
+				if !errors.Is(err, c.want) {
+					t.Errorf("GPU: got %v, want %v", err, c.want)
+				}
+			})
+		}
+		// The sampler still works after errors.
+		testWeightedSample[float32](t, dev, s, cuda.Float32, 1000, 50, 9)
+	})
+}
+
+func priorities[W float32 | float64](n int, seed uint64) []W {
+	r := rand.New(rand.NewPCG(seed, 4))
+	p := make([]W, n)
+	for i := range p {
+		switch r.IntN(10) {
+		case 0:
+			p[i] = 1 // many ties
+		case 1:
+			p[i] = 0
+		case 2:
+			p[i] = W(math.Copysign(0, -1))
+		case 3:
+			p[i] = -W(r.Float64())
+		default:
+			p[i] = W(r.Float64() * 100)
+		}
+	}
+	return p
+}
+
+func testTopK[W float32 | float64](t *testing.T, dev *cuda.Device, s *cuda.Sampler, dt cuda.DType, p []W, k int) {
+	t.Helper()
+	want := make([]int64, k)
+	if err := cuda.TopKCPU(p, k, want); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int64, k)
+	if err := s.TopK(context.Background(), 0, toDevice(t, dev, p), len(p), dt, got); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("n=%d k=%d: position %d: GPU %d (%v), CPU twin %d (%v)", len(p), k, i, got[i], p[got[i]], want[i], p[want[i]])
+		}
+	}
+}
+
+func TestTopKMatchesCPU(t *testing.T) {
+	onDevices(t, func(t *testing.T, dev *cuda.Device, gpu bool) {
+		s, err := dev.NewSampler()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		cases := []struct{ n, k int }{{1, 1}, {10, 3}, {10, 10}, {5000, 1}, {5000, 64}, {20000, 700}}
+		if gpu {
+			cases = append(cases, struct{ n, k int }{10_000_000, 1024})
+		}
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("float32/n=%d/k=%d", c.n, c.k), func(t *testing.T) {
+				testTopK(t, dev, s, cuda.Float32, priorities[float32](c.n, uint64(c.n)), c.k)
+			})
+			t.Run(fmt.Sprintf("float64/n=%d/k=%d", c.n, c.k), func(t *testing.T) {
+				testTopK(t, dev, s, cuda.Float64, priorities[float64](c.n, uint64(c.k)), c.k)
+			})
+		}
+		t.Run("all equal", func(t *testing.T) {
+			p := make([]float32, 3000)
+			for i := range p {
+				p[i] = 2.5
+			}
+			testTopK(t, dev, s, cuda.Float32, p, 100)
+		})
+		t.Run("k out of range", func(t *testing.T) {
+			err := s.TopK(context.Background(), 0, toDevice(t, dev, []float32{1, 2}), 2, cuda.Float32, make([]int64, 3))
+			if err == nil {
+				t.Fatal("TopK with k > n succeeded")
+			}
+		})
+	})
+}
+
+func TestSamplerAbandonedCall(t *testing.T) {
+	f := openFake(t, 0)
+	dev := f.dev
+	s, err := dev.NewSampler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.DestroyStream(st)
+	w := toDevice(t, dev, []float32{1, 2, 3})
+	out := make([]int64, 1)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.WeightedSample(ctx, st, w, 3, cuda.Float32, []float64{0.5}, out); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WeightedSample with a cancelled context: got %v", err)
+	}
+
+	// The stream stays busy: the call gives up when its context ends.
+	f.cu.Hold(uintptr(st), 1)
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := s.WeightedSample(ctx, st, w, 3, cuda.Float32, []float64{0.5}, out); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WeightedSample on a busy stream: got %v", err)
+	}
+	// The next call waits for the abandoned work, then succeeds.
+	done := make(chan error, 1)
+	go func() { done <- s.WeightedSample(context.Background(), st, w, 3, cuda.Float32, []float64{0.99}, out) }()
+	select {
+	case err := <-done:
+		t.Fatalf("WeightedSample returned (%v) while the abandoned work was in flight", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	f.cu.Hold(uintptr(st), -1)
+	if err := <-done; err != nil || out[0] != 2 {
+		t.Fatalf("WeightedSample after an abandoned call: %v, %v", out, err)
+	}
+}
