@@ -1,0 +1,158 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Pending is a row allocated for writing: its blocks belong to the allocating
+// goroutine until Commit or Abort. The zero Pending is not usable.
+type Pending struct {
+	s    *Shard
+	idx  uint32
+	word uint64 // the status word Allocate set
+}
+
+// Index returns the row's index.
+func (p Pending) Index() int { return int(p.idx) }
+
+// Shard returns the shard the row belongs to.
+func (p Pending) Shard() *Shard { return p.s }
+
+// Block returns column col's block of the row: BlockBytes(col) bytes to fill in
+// place, valid until Commit or Abort.
+func (p Pending) Block(col int) []byte { return p.s.block(col, p.idx) }
+
+// testHookCommitting, when set (by tests), runs between reserving a commit's
+// sequence and publishing the row.
+var testHookCommitting func()
+
+// Allocate takes a free row for writing. When no row is free it evicts one chosen
+// by the shard's Remover; it waits, until ctx is done, only while every row is
+// being written or pinned, or when the remover is RemoverNone and nothing is free.
+// The fast path is a few atomic operations: no locks, no system calls, no
+// allocation.
+func (s *Shard) Allocate(ctx context.Context) (Pending, error) {
+	if s.closed.Load() || s.state.Load() != stateReady {
+		return Pending{}, ErrClosed
+	}
+	for {
+		i, ok := s.free.pop()
+		if !ok {
+			return s.allocateSlow(ctx)
+		}
+		if i >= s.cap {
+			continue
+		}
+		if p, ok := s.take(i); ok {
+			return p, nil
+		}
+	}
+}
+
+// take moves row i from free to writing, if it is free.
+func (s *Shard) take(i uint32) (Pending, bool) {
+	r := s.row(i)
+	x := r.state.Load()
+	if phaseOf(x) != phaseFree {
+		return Pending{}, false
+	}
+	w := writingWord(genOf(x)+1, s.slot)
+	if !r.state.CompareAndSwap(x, w) {
+		return Pending{}, false
+	}
+	return Pending{s: s, idx: i, word: w}, true
+}
+
+func (s *Shard) allocateSlow(ctx context.Context) (Pending, error) {
+	wait := 20 * time.Microsecond
+	for {
+		if s.closed.Load() || s.state.Load() != stateReady {
+			return Pending{}, ErrClosed
+		}
+		if i, ok := s.free.pop(); ok {
+			if i < s.cap {
+				if p, ok := s.take(i); ok {
+					return p, nil
+				}
+			}
+			continue
+		}
+		if p, ok := s.evict(); ok {
+			return p, nil
+		}
+		if s.free.head.Load() != s.free.tail.Load() {
+			continue // a scan or a release put rows back
+		}
+		if err := sleepCtx(ctx, wait); err != nil {
+			return Pending{}, fmt.Errorf("store: allocate in %q: no row free, writing or pinned all %d: %w", s.name, s.cap, err)
+		}
+		wait = min(2*wait, time.Millisecond)
+	}
+}
+
+// Commit makes the row selectable with the given priority; its key is its
+// insertion sequence. See CommitKey.
+func (p Pending) Commit(priority float64) (Ref, error) { return p.commit(0, false, priority) }
+
+// CommitKey makes the row selectable with the given key and priority and returns
+// its Ref, whose Seq is the row's insertion sequence (commit order across the
+// shard). After Commit the writer must not touch the row's blocks. It returns an
+// error wrapping ErrNotPending if the row is no longer this Pending's.
+func (p Pending) CommitKey(key uint64, priority float64) (Ref, error) {
+	return p.commit(key, true, priority)
+}
+
+func (p Pending) commit(key uint64, haveKey bool, priority float64) (Ref, error) {
+	s := p.s
+	if s == nil {
+		return Ref{}, fmt.Errorf("store: commit of a zero Pending: %w", ErrNotPending)
+	}
+	if math.IsNaN(priority) {
+		return Ref{}, fmt.Errorf("store: commit row %d of %q: priority is NaN", p.idx, s.name)
+	}
+	r := s.row(p.idx)
+	if r.state.Load() != p.word {
+		return Ref{}, fmt.Errorf("store: commit row %d of %q: %w", p.idx, s.name, ErrNotPending)
+	}
+	// The row is ours until the compare-and-swap below: nobody reads these fields of
+	// a row that is being written.
+	if haveKey {
+		r.key.Store(key)
+	}
+	r.priority.Store(math.Float64bits(priority))
+	r.sampled.Store(0)
+	r.inserted.Store(s.now())
+	c := committingWord(p.word)
+	if !r.state.CompareAndSwap(p.word, c) {
+		return Ref{}, fmt.Errorf("store: commit row %d of %q: %w", p.idx, s.name, ErrNotPending)
+	}
+	seq := s.log.append(p.idx)
+	if testHookCommitting != nil {
+		testHookCommitting()
+	}
+	r.seq.Store(seq)
+	if !haveKey {
+		r.key.Store(seq)
+	}
+	if !r.state.CompareAndSwap(c, committedWord(genOf(p.word))) {
+		return Ref{}, fmt.Errorf("store: commit row %d of %q: reclaimed while committing: %w", p.idx, s.name, ErrNotPending)
+	}
+	return Ref{Index: int(p.idx), Seq: seq}, nil
+}
+
+// Abort gives the row back to the free queue without making it selectable. It
+// returns an error wrapping ErrNotPending if the row is no longer this Pending's.
+func (p Pending) Abort() error {
+	s := p.s
+	if s == nil {
+		return fmt.Errorf("store: abort of a zero Pending: %w", ErrNotPending)
+	}
+	if !s.row(p.idx).state.CompareAndSwap(p.word, freeWord(genOf(p.word))) {
+		return fmt.Errorf("store: abort row %d of %q: %w", p.idx, s.name, ErrNotPending)
+	}
+	s.free.push(p.idx)
+	return nil
+}

@@ -1,0 +1,195 @@
+package store
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// freeQueue is the block allocator's free queue: a bounded multi-producer,
+// multi-consumer ring of row indices in shared memory.
+//
+// Each operation takes effect with one compare-and-swap on a cell; moving the head
+// or tail counter afterwards is only bookkeeping that any process helps finish. So a
+// process that dies in the middle of a push or pop never blocks the others: at
+// worst the index it was moving is lost from the queue. The queue is therefore only
+// a hint: the status table says which rows are free, and a scan of it puts lost
+// rows back (see rescan). A popped index may also be stale; Allocate's
+// compare-and-swap on the row's status word is what hands a row out.
+//
+// A cell is lap<<33 | full<<32 | index, where lap is the position divided by the
+// ring size (31 bits, wrapping).
+type freeQueue struct {
+	head  *atomic.Uint64
+	tail  *atomic.Uint64
+	cells unsafe.Pointer
+	mask  uint64
+	shift uint
+}
+
+const (
+	lapMask  = 1<<31 - 1
+	fullBit  = 1 << 32
+	lapShift = 33
+)
+
+func newFreeQueue(head, tail *atomic.Uint64, cells unsafe.Pointer, n int) freeQueue {
+	shift := uint(0)
+	for 1<<shift < n {
+		shift++
+	}
+	return freeQueue{head: head, tail: tail, cells: cells, mask: uint64(n - 1), shift: shift}
+}
+
+func (q *freeQueue) cell(p uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Add(q.cells, (p&q.mask)*8))
+}
+
+func (q *freeQueue) lap(p uint64) uint64 { return (p >> q.shift) & lapMask }
+
+func emptyCell(lap uint64) uint64          { return lap << lapShift }
+func fullCell(lap uint64, v uint32) uint64 { return lap<<lapShift | fullBit | uint64(v) }
+
+// spinLimit bounds the retries of one queue operation. Only a cell overwritten
+// with garbage could make an operation retry this often; the queue is a hint, so
+// the operation then gives up (push drops the index, pop reports empty) and the
+// status-table scan recovers.
+const spinLimit = 1 << 20
+
+// push adds v; it returns false if the ring is full.
+func (q *freeQueue) push(v uint32) bool {
+	for range spinLimit {
+		t := q.tail.Load()
+		c := q.cell(t)
+		l := q.lap(t)
+		x := c.Load()
+		xl := x >> lapShift
+		switch {
+		case x == emptyCell(l):
+			if c.CompareAndSwap(x, fullCell(l, v)) {
+				q.tail.CompareAndSwap(t, t+1)
+				return true
+			}
+		case xl == l || xl == (l+1)&lapMask:
+			// Position t was filled (and maybe already popped) by a process that has
+			// not moved the tail yet, or that died: move it for them.
+			q.tail.CompareAndSwap(t, t+1)
+		case xl == (l-1)&lapMask && x&fullBit != 0:
+			// The cell still holds the previous lap's index: the ring is full.
+			if q.tail.Load() == t {
+				return false
+			}
+		}
+	}
+	return false
+}
+
+// pop removes and returns the oldest index; it returns false if the ring is empty.
+func (q *freeQueue) pop() (uint32, bool) {
+	for range spinLimit {
+		h := q.head.Load()
+		c := q.cell(h)
+		l := q.lap(h)
+		x := c.Load()
+		switch {
+		case x>>lapShift == l && x&fullBit != 0:
+			if c.CompareAndSwap(x, emptyCell((l+1)&lapMask)) {
+				q.head.CompareAndSwap(h, h+1)
+				return uint32(x), true
+			}
+		case x == emptyCell((l+1)&lapMask):
+			// Popped by a process that has not moved the head yet: move it for them.
+			q.head.CompareAndSwap(h, h+1)
+		case x == emptyCell(l):
+			if q.head.Load() == h {
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+// reset empties the ring (only while no other process uses it: set-up, restore).
+func (q *freeQueue) reset() {
+	for i := 0; i <= int(q.mask); i++ {
+		q.cell(uint64(i)).Store(0)
+	}
+	q.head.Store(0)
+	q.tail.Store(0)
+}
+
+// commitLog is the ring of committed row indices in commit order. A commit takes
+// its insertion sequence from its position in the log: the compare-and-swap that
+// writes the cell both reserves the sequence and publishes the row, so a committer
+// that dies right after it leaves a complete entry, and one that dies before it
+// leaves none. Old entries are overwritten after one lap; readers that fall that
+// far behind are told so (ErrMissed).
+//
+// A cell is tag<<32 | row, where tag is the lap plus one (0: never written).
+type commitLog struct {
+	tail  *atomic.Uint64
+	cells unsafe.Pointer
+	mask  uint64
+	shift uint
+}
+
+func newCommitLog(tail *atomic.Uint64, cells unsafe.Pointer, n int) commitLog {
+	shift := uint(0)
+	for 1<<shift < n {
+		shift++
+	}
+	return commitLog{tail: tail, cells: cells, mask: uint64(n - 1), shift: shift}
+}
+
+func (g *commitLog) cell(p uint64) *atomic.Uint64 {
+	return (*atomic.Uint64)(unsafe.Add(g.cells, (p&g.mask)*8))
+}
+
+func (g *commitLog) tag(p uint64) uint32 { return uint32(p>>g.shift) + 1 }
+
+// append publishes row and returns its sequence.
+func (g *commitLog) append(row uint32) uint64 {
+	for {
+		t := g.tail.Load()
+		c := g.cell(t)
+		tag := g.tag(t)
+		x := c.Load()
+		xt := uint32(x >> 32)
+		switch {
+		case xt == tag:
+			g.tail.CompareAndSwap(t, t+1) // written by someone who has not moved the tail
+		case x != 0 && int32(xt-tag) > 0:
+			// The cell is from a later lap: t is stale.
+		default:
+			if c.CompareAndSwap(x, uint64(tag)<<32|uint64(row)) {
+				g.tail.CompareAndSwap(t, t+1)
+				return t
+			}
+		}
+	}
+}
+
+// end returns the sequence the next commit will get, first moving the tail past
+// entries whose committer died before moving it.
+func (g *commitLog) end() uint64 {
+	for {
+		t := g.tail.Load()
+		x := g.cell(t).Load()
+		if uint32(x>>32) != g.tag(t) {
+			return t
+		}
+		g.tail.CompareAndSwap(t, t+1)
+	}
+}
+
+// read returns the row committed with sequence p, or false if the entry was
+// overwritten (or never written, after a restore).
+func (g *commitLog) read(p uint64) (uint32, bool) {
+	x := g.cell(p).Load()
+	if uint32(x>>32) != g.tag(p) {
+		return 0, false
+	}
+	return uint32(x), true
+}
+
+// capacity is the number of entries the log keeps.
+func (g *commitLog) capacity() uint64 { return g.mask + 1 }
