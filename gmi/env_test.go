@@ -13,9 +13,13 @@ func TestEnvNamesMatchTheRankContract(t *testing.T) {
 	pairs := [][2]string{
 		{gmi.EnvTopology, rank.EnvTopology},
 		{gmi.EnvGMILayout, rank.EnvGMILayout},
+		{gmi.EnvGMIPerGPU, rank.EnvGMIPerGPU},
+		{gmi.EnvNumEnv, rank.EnvNumEnv},
 		{gmi.EnvCUDAVisibleDevices, rank.EnvCUDAVisibleDevices},
+		{gmi.EnvCUDADeviceOrder, rank.EnvCUDADeviceOrder},
 		{gmi.EnvMPSThreadPercent, rank.EnvMPSThreadPercent},
 		{gmi.EnvMPSPinnedMemLimit, rank.EnvMPSPinnedMemLimit},
+		{gmi.EnvMPSPipeDirectory, rank.EnvMPSPipeDirectory},
 	}
 	for _, p := range pairs {
 		if p[0] != p[1] {

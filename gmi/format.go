@@ -59,7 +59,11 @@ func (t *Topology) WriteText(w io.Writer) error {
 // WriteText prints the plan for people (gearrun gmi plan).
 func (p *Plan) WriteText(w io.Writer) error {
 	ew := &errWriter{w: w}
-	fmt.Fprintf(ew, "ranks: %d on %d GPU(s) %v, %d per GPU\n", p.Ranks, len(p.GPUs), p.GPUs, p.GMIPerGPU)
+	if p.GPUsPerRank > 1 {
+		fmt.Fprintf(ew, "ranks: %d on %d GPU(s) %v, %d GPUs per rank\n", p.Ranks, len(p.GPUs), p.GPUs, p.GPUsPerRank)
+	} else {
+		fmt.Fprintf(ew, "ranks: %d on %d GPU(s) %v, %d per GPU\n", p.Ranks, len(p.GPUs), p.GPUs, p.GMIPerGPU)
+	}
 	fmt.Fprintf(ew, "backend: %s (%s)\n", p.Backend, p.Why)
 	fmt.Fprintf(ew, "mapping: %s\n", p.Mapping)
 	fmt.Fprintf(ew, "strategy: %s (Algorithm 1: %s)\n", p.Strategy, p.StrategyWhy)
@@ -72,6 +76,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 	fmt.Fprintln(tw, "  RANK\tGPU\tGMI\tDEVICE\tENV")
 	for _, b := range p.Bindings {
 		dev := strconv.Itoa(b.GPU)
+		if len(b.GPUs) > 1 {
+			dev = b.Env[EnvCUDAVisibleDevices]
+		}
 		if b.MIG != nil {
 			dev = b.MIG.Profile
 		} else if b.ThreadPercent > 0 {

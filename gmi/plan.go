@@ -58,6 +58,14 @@ func ParseWorkload(s string) (Workload, error) {
 type PlanRequest struct {
 	// Ranks is the number of ranks (-np N), at least 1.
 	Ranks int `json:"ranks"`
+	// FirstRank is the first rank's ID: the plan places ranks FirstRank to
+	// FirstRank+Ranks-1, and its mapping lists these IDs. An MPMD group is
+	// planned at its world ranks this way; 0 for a job of one group.
+	FirstRank int `json:"first_rank,omitempty"`
+	// GPUsPerRank G > 1 gives each rank G whole GPUs (CUDA_VISIBLE_DEVICES
+	// lists them); it needs one GMI per GPU and backend none or auto. 0 or 1:
+	// each rank gets one GPU or a GMI of one.
+	GPUsPerRank int `json:"gpus_per_rank,omitempty"`
 	// GMIPerGPU is K, the ranks per GPU; 0 means 1 (one rank per GPU).
 	GMIPerGPU int `json:"gmi_per_gpu"`
 	// Backend is auto (the zero value means auto), mps, mig or none.
@@ -75,6 +83,16 @@ type PlanRequest struct {
 	MPSMemLimitEven bool `json:"mps_mem_limit_even,omitempty"`
 }
 
+// GPUsNeeded is the number of GPUs the request occupies: Ranks x GPUsPerRank
+// with several GPUs per rank, else Ranks / GMIPerGPU rounded up.
+func (r PlanRequest) GPUsNeeded() int {
+	if r.GPUsPerRank > 1 {
+		return r.Ranks * r.GPUsPerRank
+	}
+	k := max(r.GMIPerGPU, 1)
+	return (r.Ranks + k - 1) / k
+}
+
 // MaxGMIPerGPU bounds K: an MPS share is 100/K percent of the SMs, at least 1.
 const MaxGMIPerGPU = 100
 
@@ -83,8 +101,22 @@ func (r PlanRequest) Validate() error {
 	if r.Ranks < 1 {
 		return fmt.Errorf("gmi: plan: ranks %d: want at least 1", r.Ranks)
 	}
+	if r.FirstRank < 0 {
+		return fmt.Errorf("gmi: plan: first rank %d: want at least 0", r.FirstRank)
+	}
 	if r.GMIPerGPU < 0 || r.GMIPerGPU > MaxGMIPerGPU {
 		return fmt.Errorf("gmi: plan: gmi-per-gpu %d: want 1 to %d", r.GMIPerGPU, MaxGMIPerGPU)
+	}
+	if r.GPUsPerRank < 0 {
+		return fmt.Errorf("gmi: plan: gpus-per-rank %d: want at least 1", r.GPUsPerRank)
+	}
+	if r.GPUsPerRank > 1 {
+		if r.GMIPerGPU > 1 {
+			return fmt.Errorf("gmi: plan: gpus-per-rank %d with gmi-per-gpu %d: a rank that shares a GPU cannot span several", r.GPUsPerRank, r.GMIPerGPU)
+		}
+		if r.Backend == BackendMPS || r.Backend == BackendMIG {
+			return fmt.Errorf("gmi: plan: gpus-per-rank %d: a rank with several GPUs owns them whole; backend %s needs one GPU per rank", r.GPUsPerRank, r.Backend)
+		}
 	}
 	if r.Backend != "" {
 		if _, err := ParseBackend(string(r.Backend)); err != nil {
@@ -119,8 +151,11 @@ type Plan struct {
 	Workload  Workload `json:"workload"`
 	// Why says why the backend was chosen.
 	Why string `json:"why"`
-	// GPUs gives the GPU index of each mapping row.
+	// GPUs gives the GPU index of each mapping row. With GPUsPerRank G > 1 a
+	// row is one rank on G GPUs, and GPUs holds G entries per row.
 	GPUs []int `json:"gpus"`
+	// GPUsPerRank is the request's GPUsPerRank when above 1.
+	GPUsPerRank int `json:"gpus_per_rank,omitempty"`
 	// Mapping is the GMI-to-GPU mapping list; GMI IDs are ranks.
 	Mapping Mapping `json:"mapping"`
 	// Strategy is Algorithm 1's choice for Mapping; StrategyWhy says which
@@ -141,6 +176,9 @@ type Binding struct {
 	// GPU is the GPU index; Slot is the rank's GMI index on that GPU.
 	GPU  int `json:"gpu"`
 	Slot int `json:"slot"`
+	// GPUs lists the rank's GPUs when it has several (GPUsPerRank > 1); GPU
+	// is the first of them.
+	GPUs []int `json:"gpus,omitempty"`
 	// MIG is the MIG instance the rank binds to (backend mig).
 	MIG *MIGInstance `json:"mig,omitempty"`
 	// ThreadPercent is the MPS share, 100/K (backend mps).
@@ -164,7 +202,9 @@ func (b Binding) Environ() []string {
 // NewPlan places req.Ranks ranks on the topology's GPUs, K = req.GMIPerGPU
 // per GPU in blocks (ranks 0..K-1 on the first GPU, and so on; the last GPU
 // may hold fewer), chooses the backend, and the reduction strategy by
-// Algorithm 1.
+// Algorithm 1. Rank IDs start at req.FirstRank. With req.GPUsPerRank G > 1
+// each rank takes the next G GPUs whole instead, and the mapping has one row
+// per rank.
 //
 // The backend follows GMI-DRL's rules. Below sm_70 there is no GMI backend,
 // so K must be 1. On sm_70 to sm_79 only MPS exists. On sm_80 and later, auto
@@ -200,23 +240,33 @@ func NewPlan(t *Topology, req PlanRequest) (*Plan, error) {
 		for _, idx := range req.GPUs {
 			g, ok := t.GPU(idx)
 			if !ok {
-				return nil, fmt.Errorf("gmi: plan: GPU %d: not in the topology (%s)", idx, t.describeGPUs())
+				return nil, fmt.Errorf("gmi: plan: GPU %d: not in the topology (%s)", idx, t.DescribeGPUs())
 			}
 			cands = append(cands, g)
 		}
 	}
-	need := (req.Ranks + k - 1) / k
+	multi := req.GPUsPerRank > 1
+	if multi && req.Backend == BackendAuto {
+		req.Backend = BackendNone // whole GPUs: no GMIs, and no MIG instance spans GPUs
+	}
+	need := req.GPUsNeeded()
 	if need > len(cands) {
-		have := t.describeGPUs()
+		have := t.DescribeGPUs()
 		if req.GPUs != nil {
 			have = fmt.Sprintf("%d selected (%v)", len(cands), req.GPUs)
+		}
+		if multi {
+			return nil, fmt.Errorf("gmi: plan: %d ranks at %d GPUs per rank need %d GPUs; %s", req.Ranks, req.GPUsPerRank, need, have)
 		}
 		return nil, fmt.Errorf("gmi: plan: %d ranks at %d per GPU need %d GPUs; %s", req.Ranks, k, need, have)
 	}
 	used := cands[:need]
 	p := &Plan{
 		Ranks: req.Ranks, GMIPerGPU: k, Workload: req.Workload,
-		Mapping: BlockMapping(req.Ranks, k),
+		Mapping: offsetMapping(BlockMapping(req.Ranks, k), req.FirstRank),
+	}
+	if multi {
+		p.GPUsPerRank = req.GPUsPerRank
 	}
 	var why []string
 	for gi, g := range used {
@@ -269,10 +319,24 @@ func NewPlan(t *Topology, req PlanRequest) (*Plan, error) {
 	}
 
 	layout := p.Mapping.String()
-	for r := 0; r < req.Ranks; r++ {
+	for i := 0; i < req.Ranks; i++ {
+		r := req.FirstRank + i
 		gi, slot, _ := p.Mapping.Locate(r)
 		g := used[gi]
 		b := Binding{Rank: r, GPU: g.Index, Slot: slot, Env: map[string]string{EnvGMILayout: layout}}
+		if multi {
+			mine := used[i*req.GPUsPerRank : (i+1)*req.GPUsPerRank]
+			b.GPU = mine[0].Index
+			ids := make([]string, len(mine))
+			for j, m := range mine {
+				b.GPUs = append(b.GPUs, m.Index)
+				ids[j] = strconv.Itoa(m.Index)
+			}
+			b.Env[EnvCUDAVisibleDevices] = strings.Join(ids, ",")
+			b.Env[EnvCUDADeviceOrder] = "PCI_BUS_ID"
+			p.Bindings = append(p.Bindings, b)
+			continue
+		}
 		switch p.Backend {
 		case BackendMIG:
 			m := g.MIG[slot]
@@ -302,6 +366,16 @@ func NewPlan(t *Topology, req PlanRequest) (*Plan, error) {
 		p.Bindings = append(p.Bindings, b)
 	}
 	return p, nil
+}
+
+// offsetMapping adds first to every ID of m.
+func offsetMapping(m Mapping, first int) Mapping {
+	for _, row := range m {
+		for s := range row {
+			row[s] += first
+		}
+	}
+	return m
 }
 
 // chooseBackend applies GMI-DRL's backend rules to one GPU.
@@ -370,8 +444,10 @@ func hasMixedProfiles(ms []MIGInstance) bool {
 	return false
 }
 
-// describeGPUs says how many GPUs the topology has and where it came from.
-func (t *Topology) describeGPUs() string {
+// DescribeGPUs says how many GPUs the topology has and where it came from,
+// for error messages: "the topology file t.toml has 2", "this machine has 8",
+// "no GPUs (NVML: ...); a topology file (GEAR_TOPOLOGY) can describe them".
+func (t *Topology) DescribeGPUs() string {
 	switch t.Source {
 	case SourceNone:
 		if t.Reason != "" {

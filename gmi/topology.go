@@ -2,6 +2,7 @@ package gmi
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -174,4 +175,61 @@ func (g GPU) visibleDevice(m MIGInstance) (string, error) {
 	}
 	return "", fmt.Errorf("gmi: %s: MIG instance %d/%d (%s) has no UUID and the GPU has none either",
 		g.describe(), m.GPUInstance, m.ComputeInstance, m.Profile)
+}
+
+// VisibleGPUs reads a CUDA_VISIBLE_DEVICES value against the topology and
+// returns the indices of the GPUs it names, in its order: the GPUs a launcher
+// that runs under such a restriction (a SLURM allocation, a container) may
+// bind. Entries are GPU indices or GPU UUIDs ("GPU-...", or a prefix that
+// names one GPU, as CUDA accepts). An empty value means every GPU (nil);
+// "NoDevFiles", which SLURM sets for a job without GPUs, means none. Where
+// CUDA silently ignores an entry it cannot use and every one after it, gear
+// refuses the value: an unknown index or UUID, a MIG instance (gear binds
+// MIG instances itself), a GPU named twice.
+func (t *Topology) VisibleGPUs(value string) ([]int, error) {
+	value = strings.TrimSpace(value)
+	switch value {
+	case "":
+		return nil, nil
+	case "NoDevFiles":
+		return []int{}, nil
+	}
+	bad := func(entry, why string) error {
+		return fmt.Errorf("gmi: %s=%q: %q %s", EnvCUDAVisibleDevices, value, entry, why)
+	}
+	out := []int{}
+	for _, e := range strings.Split(value, ",") {
+		e = strings.TrimSpace(e)
+		idx := -1
+		switch {
+		case strings.HasPrefix(e, "MIG-"):
+			return nil, bad(e, "is a MIG instance; gear binds MIG instances itself: name whole GPUs, or unset it")
+		case strings.HasPrefix(e, "GPU-"):
+			for _, g := range t.GPUs {
+				if g.UUID != "" && strings.HasPrefix(g.UUID, e) {
+					if idx >= 0 {
+						return nil, bad(e, "names more than one GPU")
+					}
+					idx = g.Index
+				}
+			}
+			if idx < 0 {
+				return nil, bad(e, "names no GPU ("+t.DescribeGPUs()+")")
+			}
+		default:
+			n, err := strconv.Atoi(e)
+			if err != nil || !allDigits(e) {
+				return nil, bad(e, "is neither a GPU index nor a GPU UUID")
+			}
+			if _, ok := t.GPU(n); !ok {
+				return nil, bad(e, "names no GPU ("+t.DescribeGPUs()+")")
+			}
+			idx = n
+		}
+		if slices.Contains(out, idx) {
+			return nil, bad(e, "names a GPU listed before")
+		}
+		out = append(out, idx)
+	}
+	return out, nil
 }

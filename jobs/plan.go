@@ -1,23 +1,42 @@
 package jobs
 
 import (
+	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
+	"gear/gmi"
 	"gear/launch"
 	"gear/rank"
 )
 
+// PlanOption adjusts Request and Plan.
+type PlanOption func(*planConfig)
+
+type planConfig struct {
+	topo *gmi.Topology
+}
+
+// WithTopology places the ranks that need GPUs on topo instead of the
+// machine that gmi.Discover finds (NVML, or the GEAR_TOPOLOGY file).
+func WithTopology(topo *gmi.Topology) PlanOption {
+	return func(c *planConfig) { c.topo = topo }
+}
+
 // Request turns a validated spec into the launcher's request for a run on this
 // machine: one launch group per role, [launch].env for every rank and each
-// group's env for its ranks, the rendezvous timeout, and a device binder for
-// gpus_per_rank and [gmi]. Every rank gets GEAR_JOB_SPEC, the absolute path of
-// specPath ("" leaves it out), so that it can read the spec with FromEnv.
-// launch.NewPlan makes the plan from it.
-func (s *Spec) Request(specPath string) (launch.Request, error) {
+// group's env for its ranks, the rendezvous timeout, and for each role with
+// gpus_per_rank a GPU binding request (see gpuRequest) that launch.NewPlan
+// plans with gmi.NewPlan, as gearrun's --bind and --gmi-per-gpu do. Every rank
+// gets GEAR_JOB_SPEC, the absolute path of specPath ("" leaves it out), so
+// that it can read the spec with FromEnv. Only a spec with gpus_per_rank looks
+// for GPUs (gmi.Discover, unless WithTopology gives them).
+func (s *Spec) Request(specPath string, opts ...PlanOption) (launch.Request, error) {
+	var cfg planConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	req := launch.Request{
 		RdzvTimeout: s.Launch.RdzvTimeout.D(),
 		Env:         envList(s.Launch.Env),
@@ -29,18 +48,24 @@ func (s *Spec) Request(specPath string) (launch.Request, error) {
 		}
 		req.Env = append(req.Env, rank.EnvJobSpec+"="+abs)
 	}
+	binds := false
 	for i, ro := range s.Roles() {
-		g := launch.Group{Role: ro.Name, NP: ro.NP, Argv: ro.Command}
+		g := launch.Group{Role: ro.Name, NP: ro.NP, Argv: ro.Command, Bind: s.gpuRequest(ro)}
 		if len(s.Groups) > 0 {
 			g.Env = envList(s.Groups[i].Env)
 		}
+		binds = binds || g.Bind != nil
 		req.Groups = append(req.Groups, g)
 	}
-	if s.needsGPUs() {
-		gpus := visibleGPUs(os.Getenv(rank.EnvCUDAVisibleDevices), 0)
-		req.Binder = launch.BinderFunc(func(r launch.RankSpec) (launch.Device, error) {
-			return s.bindDevice(r.Rank, r.LocalRank, gpus)
-		})
+	if binds {
+		req.Topology = cfg.topo
+		if req.Topology == nil {
+			topo, err := gmi.Discover(context.Background())
+			if err != nil {
+				return launch.Request{}, fmt.Errorf("jobs: %w", err)
+			}
+			req.Topology = topo
+		}
 	}
 	return req, nil
 }
@@ -54,94 +79,67 @@ func envList(m map[string]string) []string {
 	return out
 }
 
-func (s *Spec) needsGPUs() bool {
-	for _, ro := range s.Roles() {
-		if ro.GPUsPerRank > 0 {
-			return true
-		}
+// gpuRequest is the GPU binding of a role's ranks, nil for a role without
+// gpus_per_rank: with gpus_per_rank G > 1, G whole GPUs per rank; with 1,
+// [gmi].per_gpu ranks per GPU through [gmi].backend. launch.BindGPUs places
+// it, group after group on distinct GPUs, with gmi.NewPlan.
+func (s *Spec) gpuRequest(ro Role) *gmi.PlanRequest {
+	if ro.GPUsPerRank <= 0 {
+		return nil
 	}
-	return false
+	req := &gmi.PlanRequest{Backend: gmi.Backend(s.GMI.Backend)}
+	if ro.GPUsPerRank > 1 {
+		req.GPUsPerRank = ro.GPUsPerRank
+	} else {
+		req.GMIPerGPU = s.GMI.PerGPU
+	}
+	return req
 }
 
-// visibleGPUs lists the GPUs a node offers: the entries of CUDA_VISIBLE_DEVICES
-// when set, else 0..n-1; nil (no limit known) when neither says.
-func visibleGPUs(visible string, n int) []string {
-	if visible != "" && visible != "NoDevFiles" {
-		return strings.Split(visible, ",")
+// taskBinding returns the GPU binding variables of the SLURM task info (none
+// when its role has no gpus_per_rank). Tasks sit on nodes in blocks, so the
+// node holds world ranks Rank-LocalRank to Rank-LocalRank+LocalSize-1; each
+// role's ranks among them are planned on the node's GPUs by launch.BindGPUs,
+// role after role, exactly as a local run plans a whole job. The node's GPUs
+// are the topology that gmi.Discover finds (NVML, or GEAR_TOPOLOGY as lookup
+// gives it), restricted to the CUDA_VISIBLE_DEVICES that SLURM set. The
+// GMI layout a rank gets lists its role's ranks on its node.
+func (s *Spec) taskBinding(ctx context.Context, info rank.Info, lookup func(string) (string, bool)) (map[string]string, error) {
+	if ro, _, _ := s.RoleOf(info.Rank); ro.GPUsPerRank <= 0 {
+		return nil, nil
 	}
-	var gpus []string
-	for i := range n {
-		gpus = append(gpus, strconv.Itoa(i))
+	getenv := func(k string) string { v, _ := lookup(k); return v }
+	topo, err := gmi.Discover(ctx, gmi.WithGetenv(getenv))
+	if err != nil {
+		return nil, err
 	}
-	return gpus
-}
-
-// bindDevice chooses the GPUs of world rank r, local rank l on its node. Ranks
-// are placed on nodes in blocks, so the node's ranks before r are r-l..r-1. With
-// gmi.per_gpu = P > 1, local rank l gets GPU l/P and, under MPS, 100/P percent of
-// its SMs; otherwise each rank takes the node's next gpus_per_rank GPUs. gpus
-// lists the node's GPUs; nil means 0, 1, 2, ... without a known limit. A rank of
-// a role without GPUs gets no binding.
-func (s *Spec) bindDevice(r, l int, gpus []string) (launch.Device, error) {
-	role, _, _ := s.RoleOf(r)
-	if role.GPUsPerRank == 0 {
-		return launch.Device{}, nil
-	}
-	gpu := func(i int) (string, error) {
-		if gpus == nil {
-			return strconv.Itoa(i), nil
+	first, last := info.Rank-info.LocalRank, info.Rank-info.LocalRank+info.LocalSize
+	var groups []launch.GPUGroup
+	for i, ro := range s.Roles() {
+		req := s.gpuRequest(ro)
+		lo, hi := max(ro.FirstRank, first), min(ro.FirstRank+ro.NP, last)
+		if req == nil || lo >= hi {
+			continue
 		}
-		if i >= len(gpus) {
-			return "", fmt.Errorf("rank %d needs GPU %d of its node, which has %d", r, i, len(gpus))
-		}
-		return gpus[i], nil
+		groups = append(groups, launch.GPUGroup{Group: i, Role: ro.Name, FirstRank: lo, NP: hi - lo, Req: *req})
 	}
-	if p := s.GMI.PerGPU; p > 1 {
-		g, err := gpu(l / p)
-		if err != nil {
-			return launch.Device{}, err
-		}
-		d := launch.Device{VisibleDevices: g}
-		if s.GMI.Backend == BackendMPS || s.GMI.Backend == BackendAuto {
-			d.MPSThreadPercent = 100 / p
-		}
-		return d, nil
+	_, devs, err := launch.BindGPUs(topo, getenv(rank.EnvCUDAVisibleDevices), groups)
+	if err != nil {
+		return nil, err
 	}
-	offset := 0
-	for q := r - l; q < r; q++ {
-		ro, _, _ := s.RoleOf(q)
-		offset += ro.GPUsPerRank
-	}
-	ids := make([]string, role.GPUsPerRank)
-	for i := range ids {
-		g, err := gpu(offset + i)
-		if err != nil {
-			return launch.Device{}, err
-		}
-		ids[i] = g
-	}
-	return launch.Device{VisibleDevices: strings.Join(ids, ",")}, nil
-}
-
-// deviceEnv is the environment of a binding, as launch sets it.
-func deviceEnv(d launch.Device) map[string]string {
 	env := map[string]string{}
-	if d.VisibleDevices != "" {
-		env[rank.EnvCUDAVisibleDevices] = d.VisibleDevices
+	for _, kv := range devs[info.Rank].Environ() {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
 	}
-	if d.MPSThreadPercent > 0 {
-		env[rank.EnvMPSThreadPercent] = strconv.Itoa(d.MPSThreadPercent)
-	}
-	if d.MPSPinnedMemLimit != "" {
-		env[rank.EnvMPSPinnedMemLimit] = d.MPSPinnedMemLimit
-	}
-	return env
+	return env, nil
 }
 
 // Plan makes the launch plan of a validated spec for a run on this machine:
-// launch.NewPlan of Request(specPath).
-func (s *Spec) Plan(specPath string) (*launch.Plan, error) {
-	req, err := s.Request(specPath)
+// launch.NewPlan of Request(specPath, opts...). A binding that does not fit
+// the machine is a *launch.BindError.
+func (s *Spec) Plan(specPath string, opts ...PlanOption) (*launch.Plan, error) {
+	req, err := s.Request(specPath, opts...)
 	if err != nil {
 		return nil, err
 	}

@@ -404,12 +404,11 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	for k, v := range rankEnv(info, s, t.SpecPath) {
 		set[k] = v
 	}
-	visible, _ := lookup(rank.EnvCUDAVisibleDevices)
-	dev, err := s.bindDevice(info.Rank, info.LocalRank, visibleGPUs(visible, s.Slurm.GPUsPerNode))
+	dev, err := s.taskBinding(ctx, info, lookup)
 	if err != nil {
 		return 0, fmt.Errorf("jobs: run --slurm-task: %w", err)
 	}
-	for k, v := range deviceEnv(dev) {
+	for k, v := range dev {
 		set[k] = v
 	}
 	env = mergeEnv(env, set)

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"gear/launch"
 	"gear/rank"
 )
 
@@ -245,7 +244,8 @@ gpus_per_node = 4
 		rank.EnvSlurmNodeID: "0", rank.EnvSlurmNodeList: "n[1-2]", rank.EnvSlurmJobID: "77",
 		rank.EnvSlurmTasksPerNode: "4", rank.EnvRdzvAddr: "n1:29577", rank.EnvJobID: "11111111-2222-3333-4444-555555555555",
 		rank.EnvJobToken: "secret", rank.EnvCUDAVisibleDevices: "4,5,6,7",
-		rank.EnvRank: "99", // leaked from an outer launch: must be ignored
+		rank.EnvTopology: "../examples/topologies/dgx-a100.toml", // the node: 8 GPUs
+		rank.EnvRank:     "99",                                   // leaked from an outer launch: must be ignored
 	}
 	var stdout, stderr bytes.Buffer
 	task := &SlurmTask{
@@ -272,6 +272,8 @@ gpus_per_node = 4
 		rank.EnvJobToken: "secret", rank.EnvJobSpec: abs,
 		// rank 2 (trainer 0) holds the node's GPUs 0-1 of 4,5,6,7; rank 3 the next two.
 		rank.EnvCUDAVisibleDevices: "6,7",
+		rank.EnvCUDADeviceOrder:    "PCI_BUS_ID",
+		rank.EnvGMILayout:          "[[2],[3]]",
 		"SHARED":                   "trainer",
 		"KEEP":                     "1",
 	}
@@ -292,52 +294,6 @@ func TestSlurmTaskRefusesMismatchedWorld(t *testing.T) {
 	_, err = task.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "srun started 2 tasks but the spec has 4 ranks") {
 		t.Fatalf("Run: %v", err)
-	}
-}
-
-func TestBindDevice(t *testing.T) {
-	mk := func(doc string) *Spec {
-		t.Helper()
-		s, err := Parse([]byte("name=\"b\"\n"+doc), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	tests := []struct {
-		name string
-		spec *Spec
-		gpus []string
-		want []launch.Device // by world rank, all on one node
-	}{
-		{"two per rank", mk("[launch]\nnp = 2\ngpus_per_rank = 2\ncommand = [\"x\"]\n"), nil,
-			[]launch.Device{{VisibleDevices: "0,1"}, {VisibleDevices: "2,3"}}},
-		{"visible list", mk("[launch]\nnp = 2\ngpus_per_rank = 1\ncommand = [\"x\"]\n"), []string{"3", "5"},
-			[]launch.Device{{VisibleDevices: "3"}, {VisibleDevices: "5"}}},
-		{"mps shares", mk("[launch]\nnp = 4\ngpus_per_rank = 1\ncommand = [\"x\"]\n[gmi]\nper_gpu = 2\nbackend = \"mps\"\n"), nil,
-			[]launch.Device{{VisibleDevices: "0", MPSThreadPercent: 50}, {VisibleDevices: "0", MPSThreadPercent: 50},
-				{VisibleDevices: "1", MPSThreadPercent: 50}, {VisibleDevices: "1", MPSThreadPercent: 50}}},
-		{"roles without GPUs", mk("[[group]]\nrole = \"a\"\nnp = 2\ncommand = [\"x\"]\n[[group]]\nrole = \"t\"\nnp = 1\ngpus_per_rank = 1\ncommand = [\"y\"]\n"), nil,
-			[]launch.Device{{}, {}, {VisibleDevices: "0"}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var got []launch.Device
-			for r := range tt.spec.WorldSize() {
-				d, err := tt.spec.bindDevice(r, r, tt.gpus)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got = append(got, d)
-			}
-			if !slices.Equal(got, tt.want) {
-				t.Errorf("bindings %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-	s := mk("[launch]\nnp = 3\ngpus_per_rank = 1\ncommand = [\"x\"]\n")
-	if _, err := s.bindDevice(2, 2, []string{"0", "1"}); err == nil || !strings.Contains(err.Error(), "rank 2 needs GPU 2 of its node, which has 2") {
-		t.Errorf("binding past the node's GPUs: %v", err)
 	}
 }
 

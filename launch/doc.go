@@ -6,9 +6,12 @@
 //
 //  1. Describes the job as a Request: one Group per MPMD group (-np, program,
 //     role, environment), and job-wide settings (rendezvous address and timeout,
-//     -x environment, working directory). A Binder, if given, chooses each rank's
-//     device binding (CUDA_VISIBLE_DEVICES as a GPU index or MIG UUID, MPS shares);
-//     package gmi provides one, and BinderFunc adapts a function.
+//     -x environment, working directory). A group's Bind request (a
+//     gmi.PlanRequest), with the machine in Request.Topology (gmi.Discover),
+//     binds its ranks to GPUs as gmi.NewPlan places them: CUDA_VISIBLE_DEVICES
+//     as a GPU index or MIG UUID, MPS shares, GEAR_GMI_LAYOUT (BindGPUs, which
+//     the SLURM path of package jobs calls too). A Binder, if given, chooses
+//     the device of the other ranks; BinderFunc adapts a function.
 //  2. Calls NewPlan. The Plan is plain data: it can be printed (WriteText,
 //     WriteJSON, with the token masked), inspected, edited or built by other
 //     packages (jobs turns a TOML job spec into one) before it runs.

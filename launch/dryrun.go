@@ -37,6 +37,9 @@ func (p *Plan) WriteText(w io.Writer) error {
 	for _, kv := range p.Env {
 		fmt.Fprintf(&b, "env %s\n", kv)
 	}
+	for _, gp := range p.GPUPlans {
+		gp.writeText(&b)
+	}
 	for _, r := range p.Ranks {
 		fmt.Fprintf(&b, "rank %d: local %d/%d node %d role %q/%d:", r.Rank, r.LocalRank, r.LocalSize, r.Node, r.Role, r.RoleRank)
 		for _, a := range r.Argv {
@@ -49,8 +52,14 @@ func (p *Plan) WriteText(w io.Writer) error {
 		b.WriteByte('\n')
 		if d := r.Device; d != (Device{}) {
 			fmt.Fprintf(&b, "  device")
+			if d.Backend != "" {
+				fmt.Fprintf(&b, " %s:", d.where())
+			}
 			if d.VisibleDevices != "" {
 				fmt.Fprintf(&b, " %s=%s", rank.EnvCUDAVisibleDevices, d.VisibleDevices)
+			}
+			if d.DeviceOrder != "" {
+				fmt.Fprintf(&b, " %s=%s", rank.EnvCUDADeviceOrder, d.DeviceOrder)
 			}
 			if d.MPSThreadPercent > 0 {
 				fmt.Fprintf(&b, " %s=%d", rank.EnvMPSThreadPercent, d.MPSThreadPercent)
@@ -66,6 +75,48 @@ func (p *Plan) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// where says in words where a bound rank runs: "GPU 0 GMI 1 mps 33%",
+// "GPU 1 GMI 0 mig 2g.10gb", "GPU 0", "GPUs 0,1".
+func (d Device) where() string {
+	switch {
+	case d.Backend == "mig":
+		return fmt.Sprintf("GPU %d GMI %d mig %s", d.GPU, d.GMI, d.MIGProfile)
+	case d.Backend == "mps":
+		return fmt.Sprintf("GPU %d GMI %d mps %d%%", d.GPU, d.GMI, d.MPSThreadPercent)
+	case strings.Contains(d.VisibleDevices, ","):
+		return "GPUs " + d.VisibleDevices
+	}
+	return fmt.Sprintf("GPU %d", d.GPU)
+}
+
+// writeText prints a group's GPU plan: where the GPUs came from, the
+// placement and backend, the layout and strategy, and the warnings.
+func (gp GPUPlan) writeText(b *strings.Builder) {
+	role := gp.Role
+	if role == "" {
+		role = `""`
+	}
+	fmt.Fprintf(b, "gpus group %d (role %s, ranks %s): %s\n", gp.Group, role,
+		rank.FormatRanks(rankRange(gp.FirstRank, gp.NP)), gp.Source)
+	per := fmt.Sprintf("%d per GPU", gp.GMIPerGPU)
+	if gp.GPUsPerRank > 1 {
+		per = fmt.Sprintf("%d GPUs per rank", gp.GPUsPerRank)
+	}
+	fmt.Fprintf(b, "  GPUs %s, %s, backend %s (%s)\n", strings.TrimPrefix(formatInts(gp.GPUs), "GPUs "), per, gp.Backend, gp.Why)
+	fmt.Fprintf(b, "  %s=%s, strategy %s (Algorithm 1: %s)\n", rank.EnvGMILayout, gp.Layout, gp.Strategy, gp.StrategyWhy)
+	for _, w := range gp.Warnings {
+		fmt.Fprintf(b, "  warning: %s\n", w)
+	}
+}
+
+func rankRange(first, n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = first + i
+	}
+	return out
 }
 
 // dryRank is a rank as --dry-run --json prints it: the spec and the whole

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"gear/gmi"
 	"gear/rank"
 
 	"github.com/google/uuid"
@@ -31,9 +32,15 @@ type Request struct {
 	Env []string
 	// Dir is every rank's working directory; "" means the launcher's.
 	Dir string
-	// Binder, if set, chooses each rank's device binding (GPU, MIG UUID, MPS share).
+	// Binder, if set, chooses the device binding of each rank whose group has
+	// no Bind request.
 	Binder Binder
-	// Lookup resolves "NAME" entries of Env; nil means os.LookupEnv.
+	// Topology is the machine that groups with a Bind request are placed on
+	// (gmi.Discover: NVML or a topology file). Required when a group binds;
+	// unused otherwise, so a launch without GPU binding never looks for GPUs.
+	Topology *gmi.Topology
+	// Lookup resolves "NAME" entries of Env, and the launcher's
+	// CUDA_VISIBLE_DEVICES when a group binds GPUs; nil means os.LookupEnv.
 	Lookup func(string) (string, bool)
 	// IsGoPackage reports whether a program names a Go package directory that Run
 	// must build first; nil means: a directory holding .go files.
@@ -52,18 +59,45 @@ type Group struct {
 	Argv []string
 	// Env is passed to this group's ranks only, after Request.Env.
 	Env []string
+	// Bind, if set, binds the group's ranks to GPUs as gmi.NewPlan places
+	// them on Request.Topology: one rank per GPU, K MPS shares or MIG
+	// instances per GPU (Bind.GMIPerGPU), or several whole GPUs per rank
+	// (Bind.GPUsPerRank). Bind.Ranks and Bind.FirstRank are the group's;
+	// Bind.GPUs nil takes the next GPUs no earlier group took. Groups that
+	// bind occupy distinct GPUs, in group order. When the launcher's
+	// CUDA_VISIBLE_DEVICES (looked up with Request.Lookup) is set, only the
+	// GPUs it names are used. See BindGPUs.
+	Bind *gmi.PlanRequest
 }
 
 // Device is a rank's device binding, exported as CUDA_VISIBLE_DEVICES,
-// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT. Empty
-// fields are not set (the rank inherits the launcher's value, if any).
+// CUDA_DEVICE_ORDER, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE,
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and GEAR_GMI_LAYOUT. Empty fields are not
+// set; a rank bound through its group's Bind request (Backend set) inherits
+// none of these from the launcher, other ranks inherit the launcher's values.
 type Device struct {
-	// VisibleDevices is a GPU index ("0") or a MIG UUID ("MIG-...").
+	// VisibleDevices is a GPU index ("0"), GPU indices ("0,1") or a MIG UUID
+	// ("MIG-...").
 	VisibleDevices string `json:"cuda_visible_devices,omitempty"`
+	// DeviceOrder is "PCI_BUS_ID" when GPUs are bound by index, so that CUDA
+	// numbers them as NVML does.
+	DeviceOrder string `json:"cuda_device_order,omitempty"`
 	// MPSThreadPercent is the rank's share of the GPU's SMs under MPS (1-100).
 	MPSThreadPercent int `json:"mps_active_thread_percentage,omitempty"`
 	// MPSPinnedMemLimit is the MPS pinned device memory limit ("0=4G").
 	MPSPinnedMemLimit string `json:"mps_pinned_device_mem_limit,omitempty"`
+	// GMILayout is the group's mapping list in world ranks ("[[0,1],[2,3]]"),
+	// for the collective's choice of reduction strategy.
+	GMILayout string `json:"gmi_layout,omitempty"`
+
+	// Backend is how the rank holds its GPU: "none" (whole GPUs), "mps" or
+	// "mig"; "" when the binding came from a Binder. GPU (the first GPU's
+	// index), GMI (the rank's slot on it) and MIGProfile describe the
+	// binding when Backend is set.
+	Backend    string `json:"backend,omitempty"`
+	GPU        int    `json:"gpu,omitempty"`
+	GMI        int    `json:"gmi,omitempty"`
+	MIGProfile string `json:"mig_profile,omitempty"`
 }
 
 // Binder chooses a rank's device binding. Package gmi provides one; tests and job
@@ -89,7 +123,9 @@ type Plan struct {
 	// Env holds the additions every rank gets (after the contract variables).
 	Env   []string   `json:"env,omitempty"`
 	Roles []RoleSpec `json:"roles"`
-	Ranks []RankSpec `json:"ranks"`
+	// GPUPlans has one entry per group with a Bind request.
+	GPUPlans []GPUPlan  `json:"gpu_plans,omitempty"`
+	Ranks    []RankSpec `json:"ranks"`
 }
 
 // RoleSpec is one role of the plan and its ranks.
@@ -141,8 +177,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 func (p *Plan) Size() int { return len(p.Ranks) }
 
 // NewPlan builds the plan for req. It is a pure function of req (JobID and Token
-// aside, which it generates when req leaves them empty, and the file-system check
-// that tells a Go package from a program). The error names the group and field.
+// aside, which it generates when req leaves them empty, the file-system check
+// that tells a Go package from a program, and the launcher's
+// CUDA_VISIBLE_DEVICES when a group binds GPUs). The error names the group and
+// field; a GPU binding that does not fit the machine is a *BindError.
 func NewPlan(req Request) (*Plan, error) {
 	if len(req.Groups) == 0 {
 		return nil, fmt.Errorf("launch: no program to launch")
@@ -226,8 +264,14 @@ func NewPlan(req Request) (*Plan, error) {
 			p.Ranks = append(p.Ranks, spec)
 		}
 	}
+	if err := bindGroups(req, p, lookup); err != nil {
+		return nil, err
+	}
 	if req.Binder != nil {
 		for i := range p.Ranks {
+			if req.Groups[p.Ranks[i].Group].Bind != nil {
+				continue
+			}
 			d, err := req.Binder.Bind(p.Ranks[i])
 			if err != nil {
 				return nil, fmt.Errorf("launch: rank %d: device binding: %w", i, err)
@@ -318,32 +362,47 @@ func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	add(rank.EnvRdzvTimeout, time.Duration(p.RdzvTimeout).String())
 	add(rank.EnvJobID, p.JobID)
 	add(rank.EnvJobToken, p.Token)
-	if s.Device.VisibleDevices != "" {
-		add(rank.EnvCUDAVisibleDevices, s.Device.VisibleDevices)
-	}
-	if s.Device.MPSThreadPercent > 0 {
-		add(rank.EnvMPSThreadPercent, strconv.Itoa(s.Device.MPSThreadPercent))
-	}
-	if s.Device.MPSPinnedMemLimit != "" {
-		add(rank.EnvMPSPinnedMemLimit, s.Device.MPSPinnedMemLimit)
-	}
+	env = append(env, s.Device.Environ()...)
 	env = append(env, p.Env...)
 	return append(env, s.Env...)
 }
 
+// Environ returns the binding's variables as "NAME=value" entries, only
+// those with a value.
+func (d Device) Environ() []string {
+	var env []string
+	add := func(k, v string) {
+		if v != "" {
+			env = append(env, k+"="+v)
+		}
+	}
+	add(rank.EnvCUDAVisibleDevices, d.VisibleDevices)
+	add(rank.EnvCUDADeviceOrder, d.DeviceOrder)
+	if d.MPSThreadPercent > 0 {
+		add(rank.EnvMPSThreadPercent, strconv.Itoa(d.MPSThreadPercent))
+	}
+	add(rank.EnvMPSPinnedMemLimit, d.MPSPinnedMemLimit)
+	add(rank.EnvGMILayout, d.GMILayout)
+	return env
+}
+
 // contractVars are stripped from the launcher's own environment before a rank's
-// are added, so that a nested launch never leaks its parent's place.
+// are added, so that a nested launch never leaks its parent's place (or its
+// GMI layout).
 var contractVars = []string{rank.EnvRank, rank.EnvWorldSize, rank.EnvLocalRank, rank.EnvLocalSize,
 	rank.EnvNodeRank, rank.EnvNumNodes, rank.EnvRole, rank.EnvRoleRank, rank.EnvRdzvAddr,
-	rank.EnvRdzvTimeout, rank.EnvJobID, rank.EnvJobToken}
+	rank.EnvRdzvTimeout, rank.EnvJobID, rank.EnvJobToken, rank.EnvGMILayout}
 
-// mergeEnv returns base without the contract variables, with add applied on top
-// (later entries win).
-func mergeEnv(base, add []string) []string {
+// mergeEnv returns base without the contract variables and without also,
+// with add applied on top (later entries win).
+func mergeEnv(base, add []string, also ...string) []string {
 	index := make(map[string]int, len(base)+len(add))
 	out := make([]string, 0, len(base)+len(add))
-	drop := make(map[string]bool, len(contractVars))
+	drop := make(map[string]bool, len(contractVars)+len(also))
 	for _, v := range contractVars {
+		drop[v] = true
+	}
+	for _, v := range also {
 		drop[v] = true
 	}
 	put := func(kv string) {

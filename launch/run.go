@@ -232,6 +232,11 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 		lock.Close()
 	}()
 
+	for _, gp := range p.GPUPlans {
+		for _, w := range gp.Warnings {
+			j.stderr.write([]byte(fmt.Sprintf("%s: warning: group %d: %s\n", j.opts.Name, gp.Group, w)))
+		}
+	}
 	programs, cleanup, err := j.programs(ctx)
 	defer cleanup()
 	if err != nil {
@@ -444,7 +449,7 @@ func (j *job) spawn(i int, path string, stdin *os.File, base []string) error {
 	if err != nil {
 		return err
 	}
-	env := mergeEnv(base, j.plan.Environ(i, j.coord.Addr()))
+	env := mergeEnv(base, j.plan.Environ(i, j.coord.Addr()), j.plan.inheritDrop(i)...)
 	argv := append([]string{r.Argv[0]}, r.Argv[1:]...)
 	attr := &os.ProcAttr{
 		Dir:   j.plan.Dir,

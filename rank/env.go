@@ -43,6 +43,12 @@ const (
 	EnvGMILayout = "GEAR_GMI_LAYOUT"
 	// EnvTopology names a TOML topology file that stands in for NVML.
 	EnvTopology = "GEAR_TOPOLOGY"
+	// EnvGMIPerGPU tells a benchmark run by the GMI profiling search (gearrun
+	// gmi search) how many GMIs share each GPU in the configuration measured.
+	EnvGMIPerGPU = "GEAR_GMI_PER_GPU"
+	// EnvNumEnv tells a benchmark run by the GMI profiling search how many
+	// environments one GMI simulates.
+	EnvNumEnv = "GEAR_NUM_ENV"
 	// EnvNCCLLib is an explicit path to libnccl.so.2.
 	EnvNCCLLib = "GEAR_NCCL_LIB"
 	// EnvCUDALib is an explicit path to libcuda.so.1.
@@ -58,12 +64,26 @@ const (
 	EnvTestRank = "GEAR_TEST_RANK"
 )
 
-// Device binding, set per rank by the launcher.
+// Device binding, set per rank by the launcher when it binds GPUs (gearrun
+// --bind gpu or --gmi-per-gpu K, a job spec's gpus_per_rank), together with
+// EnvGMILayout.
 const (
+	// EnvCUDAVisibleDevices is the rank's GPU index, its GPU indices
+	// ("0,1"), or its MIG instance's UUID ("MIG-...").
 	EnvCUDAVisibleDevices = "CUDA_VISIBLE_DEVICES"
-	EnvMPSThreadPercent   = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSPinnedMemLimit  = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvCUDADeviceOrder is "PCI_BUS_ID" whenever GPUs are bound by index, so
+	// that CUDA numbers them as NVML does.
+	EnvCUDADeviceOrder = "CUDA_DEVICE_ORDER"
+	// EnvMPSThreadPercent is an MPS client's share of its GPU's SMs, 100/K.
+	EnvMPSThreadPercent = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	// EnvMPSPinnedMemLimit caps an MPS client's device memory ("0=4096M").
+	EnvMPSPinnedMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 )
+
+// EnvMPSPipeDirectory is where the MPS control daemon keeps its pipes; the
+// GMI discovery probes it (default /tmp/nvidia-mps). The launcher reads it and
+// never sets it.
+const EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
 
 // SLURM's names for the same facts, read when the GEAR_* ones are absent.
 const (

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"gear/gmi"
 	"gear/launch"
 	"gear/rank"
 )
@@ -34,6 +35,7 @@ type launchFlags struct {
 	rdzvTimeout time.Duration
 	jobID       string
 	verbose     bool
+	topology    string
 }
 
 // groupFlags are the flags that describe one MPMD group; they may follow each ':'.
@@ -41,13 +43,124 @@ type groupFlags struct {
 	np   int
 	role string
 	env  envList
+	bind bindFlags
 }
+
+// bindFlags are a group's GPU binding flags. Given before the first program
+// they apply to every group; after a ':' they override those for that group.
+type bindFlags struct {
+	bind     string
+	perGPU   int
+	backend  string
+	workload string
+	memLimit string
+	// set holds the names of the flags given on the command line.
+	set map[string]bool
+}
+
+// gmiFlagNames are the binding flags other than --bind; each implies --bind gpu.
+var gmiFlagNames = []string{"gmi-per-gpu", "gmi-backend", "gmi-workload", "mps-mem-limit"}
 
 func (g *groupFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&g.np, "np", 0, "number of ranks of this group (required)")
 	fs.IntVar(&g.np, "n", 0, "same as -np")
 	fs.StringVar(&g.role, "role", "", "role name of this group (default: program base name for MPMD jobs)")
 	fs.Var(&g.env, "x", "pass NAME=VALUE, or NAME with the launcher's value, to the ranks (repeatable)")
+	b := &g.bind
+	fs.StringVar(&b.bind, "bind", "none", "`gpu`: bind each rank to a GPU (CUDA_VISIBLE_DEVICES); none: no GPU binding")
+	fs.IntVar(&b.perGPU, "gmi-per-gpu", 1, "`K` ranks share each GPU as GMIs (MPS shares or MIG instances); implies --bind gpu")
+	fs.StringVar(&b.backend, "gmi-backend", "auto", "how ranks share a GPU: auto, mps or mig (auto: GMI-DRL's rules); implies --bind gpu")
+	fs.StringVar(&b.workload, "gmi-workload", "training", "training (GMIs communicate: MPS) or serving (isolation pays: MIG where MIG mode is on); implies --bind gpu")
+	fs.StringVar(&b.memLimit, "mps-mem-limit", "", "cap each MPS rank's pinned device memory: a `SIZE` such as 8G or 512M, or even (1/K of the GPU); implies --bind gpu")
+}
+
+// gmiSet reports whether any flag other than --bind was given.
+func (b bindFlags) gmiSet() bool {
+	for _, n := range gmiFlagNames {
+		if b.set[n] {
+			return true
+		}
+	}
+	return false
+}
+
+// overlay returns def with the flags given in b put on top.
+func (b bindFlags) overlay(def bindFlags) bindFlags {
+	out := def
+	out.set = map[string]bool{}
+	for n := range def.set {
+		out.set[n] = true
+	}
+	for n := range b.set {
+		out.set[n] = true
+		switch n {
+		case "bind":
+			out.bind = b.bind
+		case "gmi-per-gpu":
+			out.perGPU = b.perGPU
+		case "gmi-backend":
+			out.backend = b.backend
+		case "gmi-workload":
+			out.workload = b.workload
+		case "mps-mem-limit":
+			out.memLimit = b.memLimit
+		}
+	}
+	return out
+}
+
+// check refuses contradictions within the flags of one segment.
+func (b bindFlags) check() error {
+	if b.set["bind"] && b.bind != "gpu" && b.bind != "none" {
+		return fmt.Errorf("--bind %q: want gpu or none", b.bind)
+	}
+	if b.set["bind"] && b.bind == "none" {
+		for _, n := range gmiFlagNames {
+			if b.set[n] {
+				return fmt.Errorf("--bind none with --%s: GMIs need --bind gpu", n)
+			}
+		}
+	}
+	return nil
+}
+
+// request resolves a group's binding from the defaults (the flags before the
+// first program) and the group's own flags: nil when the group binds nothing.
+// The group's --bind wins, then its other binding flags (which imply --bind
+// gpu), then the defaults in the same order.
+func (b bindFlags) request(def bindFlags) (*gmi.PlanRequest, error) {
+	var on bool
+	switch {
+	case b.set["bind"]:
+		on = b.bind == "gpu"
+	case b.gmiSet():
+		on = true
+	case def.set["bind"]:
+		on = def.bind == "gpu"
+	default:
+		on = def.gmiSet()
+	}
+	if !on {
+		return nil, nil
+	}
+	m := b.overlay(def)
+	if m.perGPU < 1 || m.perGPU > gmi.MaxGMIPerGPU {
+		return nil, fmt.Errorf("--gmi-per-gpu %d: want 1 to %d", m.perGPU, gmi.MaxGMIPerGPU)
+	}
+	req := &gmi.PlanRequest{GMIPerGPU: m.perGPU}
+	var err error
+	if req.Backend, err = gmi.ParseBackend(m.backend); err != nil {
+		return nil, fmt.Errorf("--gmi-backend: %w", err)
+	}
+	if req.Workload, err = gmi.ParseWorkload(m.workload); err != nil {
+		return nil, fmt.Errorf("--gmi-workload: %w", err)
+	}
+	if m.memLimit != "" {
+		if req.MPSMemLimitMiB, req.MPSMemLimitEven, err = gmi.ParseMemLimit(m.memLimit); err != nil {
+			return nil, fmt.Errorf("--mps-mem-limit: %w", err)
+		}
+	}
+	return req, nil
 }
 
 func (l *launchFlags) register(fs *flag.FlagSet) {
@@ -61,6 +174,7 @@ func (l *launchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.rdzvTimeout, "rdzv-timeout", rank.DefaultRdzvTimeout, "how long the ranks may take to join, from the first arrival")
 	fs.StringVar(&l.jobID, "job-id", "", "job ID (default: a new UUID)")
 	fs.BoolVar(&l.verbose, "v", false, "log the launcher's steps on stderr")
+	fs.StringVar(&l.topology, "topology", "", "with GPU binding: read the GPUs from this topology `FILE` instead of NVML (default $"+gmi.EnvTopology+")")
 }
 
 // parseLaunch parses `[flags] -np N PROG [ARGS] [: -np M PROG2 [ARGS] ...]`.
@@ -68,6 +182,7 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 	var lf launchFlags
 	var req launch.Request
 	segments := splitColon(args)
+	var defaults bindFlags
 	for i, seg := range segments {
 		fs := flag.NewFlagSet("gearrun", flag.ContinueOnError)
 		fs.SetOutput(stderr)
@@ -78,12 +193,18 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 			fs.Usage = func() {
 				fmt.Fprintf(stderr, "usage: gearrun [flags] -np N PROGRAM [ARGS...] [: -np M PROGRAM2 [ARGS...] ...]\n\n"+
 					"PROGRAM may be a Go package directory (./examples/hello): gearrun builds it once.\n"+
-					"After each ':' come that group's -np, --role and -x.\n\nFlags:\n")
+					"After each ':' come that group's -np, --role, -x and GPU binding flags (--bind,\n"+
+					"--gmi-*, --mps-mem-limit); binding flags before the first program apply to every group.\n\nFlags:\n")
 				fs.PrintDefaults()
 			}
 		}
 		if err := fs.Parse(seg); err != nil {
 			return lf, req, err
+		}
+		g.bind.set = map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { g.bind.set[f.Name] = true })
+		if i == 0 {
+			defaults = g.bind
 		}
 		prog := fs.Args()
 		if len(prog) == 0 {
@@ -92,7 +213,14 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		if g.np < 1 {
 			return lf, req, fmt.Errorf("group %d (%s): -np N is required and must be at least 1", i, prog[0])
 		}
-		group := launch.Group{Role: g.role, NP: g.np, Argv: prog}
+		if err := g.bind.check(); err != nil {
+			return lf, req, fmt.Errorf("group %d (%s): %w", i, prog[0], err)
+		}
+		bind, err := g.bind.request(defaults)
+		if err != nil {
+			return lf, req, fmt.Errorf("group %d (%s): %w", i, prog[0], err)
+		}
+		group := launch.Group{Role: g.role, NP: g.np, Argv: prog, Bind: bind}
 		if i == 0 {
 			req.Env = g.env // -x before the first program applies to every group
 		} else {
@@ -106,8 +234,25 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 	if lf.json && !lf.dryRun {
 		return lf, req, errors.New("--json needs --dry-run")
 	}
+	if lf.topology != "" && !bindsGPUs(req) {
+		return lf, req, errors.New("--topology needs GPU binding (--bind gpu or --gmi-per-gpu K)")
+	}
 	return lf, req, nil
 }
+
+// bindsGPUs reports whether any group asks for GPU binding.
+func bindsGPUs(req launch.Request) bool {
+	for _, g := range req.Groups {
+		if g.Bind != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// launchDiscover finds the machine's GPUs for a launch that binds them. Only
+// such a launch calls it, so a launch without binding never loads NVML.
+var launchDiscover = gmiDiscover
 
 // splitColon splits args at lone ":" words, mpirun's MPMD separator.
 func splitColon(args []string) [][]string {
@@ -135,9 +280,21 @@ func launchCommand(args []string, s stdio) int {
 		fmt.Fprintf(s.err, "gearrun: %v\n", err)
 		return 2
 	}
+	if bindsGPUs(req) {
+		topo, err := launchDiscover(context.Background(), lf.topology)
+		if err != nil {
+			fmt.Fprintf(s.err, "gearrun: %v\n", err)
+			return launch.ExitLaunchFailed
+		}
+		req.Topology = topo
+	}
 	plan, err := launch.NewPlan(req)
 	if err != nil {
 		fmt.Fprintf(s.err, "gearrun: %v\n", err)
+		var be *launch.BindError
+		if errors.As(err, &be) {
+			return launch.ExitLaunchFailed // the binding does not fit this machine
+		}
 		return 2
 	}
 	if lf.dryRun {

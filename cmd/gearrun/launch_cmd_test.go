@@ -126,6 +126,8 @@ func helper(mode string) int {
 	case "stdin":
 		io.Copy(os.Stdout, os.Stdin)
 		return 0
+	case "env":
+		return writeBindingEnv(dir, r)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2
