@@ -1,0 +1,320 @@
+package roles
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"gear/collective"
+)
+
+// InferenceClient is an actor's end of an inference stream: Infer sends one
+// observation to the policy worker and waits for its action. A client holds one
+// request at a time; concurrent Infer calls take turns.
+type InferenceClient struct {
+	name   string
+	server int
+	obs    int
+	act    int
+	opt    config
+	sem    chan struct{}
+	closed chan struct{}
+	once   sync.Once
+	watch  *peerWatch
+
+	tag     uint64
+	pending bool // a request is out whose reply has not been read
+
+	// Shared memory.
+	seg  *segment
+	base int // offset of this client's slot
+
+	// TCP.
+	conn net.Conn
+	addr string
+	out  []byte
+	in   []byte
+	got  int
+}
+
+// DialInference connects to the inference stream name served by world rank
+// server (a policy worker), through shared memory when both are on one host and
+// TCP otherwise (see WithTransport). It waits for the server to publish its
+// endpoint.
+//
+// Errors: the context's error; ErrNoSlot when every shared-memory slot is taken;
+// a *LostError naming the server when it dies first; connection errors.
+func DialInference(ctx context.Context, b collective.Bootstrap, name string, server int, opts ...Option) (*InferenceClient, error) {
+	if err := checkName("inference stream", name); err != nil {
+		return nil, err
+	}
+	opt, err := buildConfig(b, opts)
+	if err != nil {
+		return nil, err
+	}
+	key := inferKey(name, server)
+	ep, err := lookup(ctx, b, key)
+	if err != nil {
+		return nil, err
+	}
+	c := &InferenceClient{name: name, server: server, obs: ep.Obs, act: ep.Act, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})}
+	shm, err := useShm(opt, b, ep, key)
+	if err != nil {
+		return nil, err
+	}
+	if shm {
+		if err := c.attachShm(ep, b.Rank()); err != nil {
+			if opt.transport == TransportShm || ep.TCP == "" {
+				return nil, err
+			}
+			shm = false // another /dev/shm behind an equal host identity: use TCP
+		}
+	}
+	if !shm {
+		conn, err := dialTCP(ctx, ep.TCP, inferMagicTCP, ep.Nonce, b.Rank())
+		if err != nil {
+			return nil, fmt.Errorf("roles: dial inference stream %q of policy worker rank %d at %s: %w", name, server, ep.TCP, err)
+		}
+		c.conn, c.addr = conn, ep.TCP
+		c.out = make([]byte, reqHeader+c.obs)
+		c.in = make([]byte, repHeader+c.act)
+	}
+	c.watch = watchPeer(b, rolePolicy, server, c.wake)
+	return c, nil
+}
+
+// attachShm maps the server's segment and claims a free slot.
+func (c *InferenceClient) attachShm(ep endpoint, me int) error {
+	slotSize := inferSlotSize(ep.Obs, ep.Act)
+	seg, err := openSegment(ep.Shm, inferHeader+ep.Slots*slotSize)
+	if err != nil {
+		return err
+	}
+	if atomic.LoadUint64(seg.u64(offMagic)) != inferMagic || binary.LittleEndian.Uint32(seg.mem[offLayout:]) != layoutV1 ||
+		binary.LittleEndian.Uint64(seg.mem[inferOffSlotSz:]) != uint64(slotSize) {
+		seg.close()
+		return fmt.Errorf("roles: shared memory %s is not an inference stream of %d slots of %d bytes", ep.Shm, ep.Slots, slotSize)
+	}
+	for i := range ep.Slots {
+		base := inferHeader + i*slotSize
+		owner := seg.u32(base + slotOwner)
+		if !atomic.CompareAndSwapUint32(owner, 0, uint32(me+1)) {
+			continue
+		}
+		switch atomic.LoadUint32(seg.u32(base + slotState)) {
+		case stIdle, stReply:
+			// A reply left by a client that closed before reading it.
+			atomic.StoreUint32(seg.u32(base+slotState), stIdle)
+		default:
+			// That client's request is still with the server.
+			atomic.StoreUint32(owner, 0)
+			continue
+		}
+		atomic.AddUint32(seg.u32(inferAttached), 1)
+		c.seg, c.base = seg, base
+		return nil
+	}
+	seg.close()
+	return fmt.Errorf("roles: inference stream %q of policy worker rank %d: all %d slots taken: %w", c.name, c.server, ep.Slots, ErrNoSlot)
+}
+
+// wake interrupts a wait: the server was reported lost, or the client closes.
+func (c *InferenceClient) wake() {
+	if c.seg != nil {
+		c.seg.wake(c.base + slotWord)
+	}
+	if c.conn != nil {
+		c.conn.Close()
+	}
+}
+
+// Transport says which transport the client uses: TransportShm or TransportTCP.
+func (c *InferenceClient) Transport() Transport {
+	if c.seg != nil {
+		return TransportShm
+	}
+	return TransportTCP
+}
+
+// Sizes returns the stream's largest observation and its action size.
+func (c *InferenceClient) Sizes() (obsBytes, actBytes int) { return c.obs, c.act }
+
+// Infer sends obs (at most ObsBytes) and waits for the action, which it copies
+// into act (exactly ActBytes). It returns the parameter version the policy
+// worker used. If ctx ends first, Infer returns its error, and the next call
+// first collects (and drops) the late reply.
+//
+// Errors: ErrTooLarge or a size error for obs and act; the context's error;
+// ErrClosed after Close; a *LostError naming the policy worker when it dies; an
+// error matching ErrPeerClosed when it closed the stream.
+func (c *InferenceClient) Infer(ctx context.Context, obs, act []byte) (uint64, error) {
+	if len(obs) > c.obs {
+		return 0, fmt.Errorf("roles: observation of %d bytes, stream %q takes at most %d: %w", len(obs), c.name, c.obs, ErrTooLarge)
+	}
+	if len(act) != c.act {
+		return 0, fmt.Errorf("roles: action buffer of %d bytes, stream %q's actions have %d", len(act), c.name, c.act)
+	}
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-c.closed:
+		return 0, ErrClosed
+	}
+	defer func() { <-c.sem }()
+	select {
+	case <-c.closed:
+		return 0, ErrClosed
+	default:
+	}
+	if err := c.watch.err(); err != nil {
+		return 0, err
+	}
+	if c.seg != nil {
+		return c.inferShm(ctx, obs, act)
+	}
+	return c.inferTCP(ctx, obs, act)
+}
+
+func (c *InferenceClient) inferShm(ctx context.Context, obs, act []byte) (uint64, error) {
+	seg, base := c.seg, c.base
+	state := seg.u32(base + slotState)
+	if c.pending {
+		if err := c.awaitShm(ctx); err != nil {
+			return 0, err
+		}
+		atomic.StoreUint32(state, stIdle)
+		c.pending = false
+	}
+	copy(seg.mem[base+slotData:], obs)
+	c.tag++
+	atomic.StoreUint32(seg.u32(base+slotObsLen), uint32(len(obs)))
+	atomic.StoreUint64(seg.u64(base+slotTag), c.tag)
+	atomic.StoreUint32(state, stRequest)
+	notify(seg.u32(inferDoorbell), seg.u32(inferSleeping))
+	c.pending = true
+	if err := c.awaitShm(ctx); err != nil {
+		return 0, err
+	}
+	if got := atomic.LoadUint64(seg.u64(base + slotReplyTag)); got != c.tag {
+		return 0, fmt.Errorf("roles: inference stream %q: reply tagged %d for request %d", c.name, got, c.tag)
+	}
+	copy(act, seg.mem[base+slotData+align64(c.obs):])
+	v := atomic.LoadUint64(seg.u64(base + slotVersion))
+	atomic.StoreUint32(state, stIdle)
+	c.pending = false
+	return v, nil
+}
+
+// awaitShm waits for the slot's reply.
+func (c *InferenceClient) awaitShm(ctx context.Context) error {
+	seg := c.seg
+	state := seg.u32(c.base + slotState)
+	ready := func() bool { return atomic.LoadUint32(state) == stReply }
+	check := func() error {
+		if err := c.watch.err(); err != nil {
+			return err
+		}
+		select {
+		case <-c.closed:
+			return ErrClosed
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if seg.closedFlag() {
+			return peerClosed(rolePolicy, c.server, c.name)
+		}
+		if seg.ownerGone() {
+			return c.watch.fail(fmt.Sprintf("its process ended (shared memory %s lost its owner)", seg.name))
+		}
+		return nil
+	}
+	return awaitShm(ctx, seg, c.base+slotWord, c.base+slotSleeping, c.opt.spin, ready, check)
+}
+
+func (c *InferenceClient) inferTCP(ctx context.Context, obs, act []byte) (uint64, error) {
+	if c.pending {
+		if _, err := c.readReply(ctx, nil); err != nil {
+			return 0, err
+		}
+	}
+	c.tag++
+	binary.LittleEndian.PutUint64(c.out[0:], c.tag)
+	binary.LittleEndian.PutUint32(c.out[8:], uint32(len(obs)))
+	n := copy(c.out[reqHeader:], obs)
+	if _, err := c.conn.Write(c.out[:reqHeader+n]); err != nil {
+		return 0, c.connErr(err)
+	}
+	c.pending = true
+	return c.readReply(ctx, act)
+}
+
+// readReply reads replies until the one for the current tag, whose action it
+// copies into act (when not nil).
+func (c *InferenceClient) readReply(ctx context.Context, act []byte) (uint64, error) {
+	for {
+		if err := readCtx(ctx, c.conn, c.in, &c.got); err != nil {
+			if ctx.Err() != nil && c.watch.err() == nil {
+				return 0, ctx.Err()
+			}
+			return 0, c.connErr(err)
+		}
+		c.got = 0
+		tag := binary.LittleEndian.Uint64(c.in[0:])
+		switch {
+		case tag == goodbyeTag:
+			return 0, peerClosed(rolePolicy, c.server, c.name)
+		case tag < c.tag:
+			continue // the late reply to a cancelled request
+		case tag > c.tag:
+			return 0, fmt.Errorf("roles: inference stream %q: reply tagged %d for request %d", c.name, tag, c.tag)
+		}
+		c.pending = false
+		if act != nil {
+			copy(act, c.in[repHeader:])
+		}
+		return binary.LittleEndian.Uint64(c.in[8:]), nil
+	}
+}
+
+// connErr turns a broken connection into the client's error.
+func (c *InferenceClient) connErr(err error) error {
+	if lost := c.watch.err(); lost != nil {
+		return lost
+	}
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+	}
+	return c.watch.fail(fmt.Sprintf("connection to %s broke: %v", c.addr, err))
+}
+
+// Close detaches from the stream: it waits for an Infer in progress to return
+// (with ErrClosed) and gives the shared-memory slot back. It is idempotent.
+func (c *InferenceClient) Close() error {
+	var err error
+	c.once.Do(func() {
+		close(c.closed)
+		c.watch.stop()
+		c.wake()
+		c.sem <- struct{}{} // no Infer runs past this point
+		if c.seg != nil {
+			atomic.AddUint32(c.seg.u32(inferAttached), ^uint32(0))
+			atomic.StoreUint32(c.seg.u32(c.base+slotOwner), 0)
+			err = c.seg.close()
+		}
+		if c.conn != nil {
+			if cerr := c.conn.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+				err = cerr
+			}
+		}
+	})
+	return err
+}
