@@ -1,0 +1,358 @@
+package sample
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"gear/collective"
+	"gear/store"
+)
+
+// pinRow pins local row idx for reading: a table item is pinned in the shard; a
+// row held by a batch is pinned already. done unpins what pinRow pinned.
+func (st *ShardTable) pinRow(idx int) (block func(col int) []byte, done func(), err error) {
+	if idx < 0 || idx >= st.shard.Capacity() {
+		return nil, nil, fmt.Errorf("sample: table %q: index %d out of range [0, %d)", st.t.name, idx, st.shard.Capacity())
+	}
+	if it, ok := st.t.itemAt(idx); ok {
+		if v, err := st.shard.Read(store.Ref{Index: idx, Seq: it.Seq}); err == nil {
+			return v.Block, v.Done, nil
+		}
+	}
+	st.mu.Lock()
+	v, ok := st.held[int32(idx)]
+	st.mu.Unlock()
+	if !ok {
+		return nil, nil, fmt.Errorf("sample: table %q: index %d holds no item (deleted since it was sampled?)", st.t.name, idx)
+	}
+	return v.Block, func() {}, nil
+}
+
+// Collect is a collective call: every rank passes its own indices (global, as in
+// a distributed Batch's items) and the same columns and window, and gets one
+// contiguous buffer per column in the order of its indices, laid out as
+// ShardTable.Collect lays them out. Local rows are copied straight from shared
+// memory (by several goroutines for large batches); remote rows are sent by their
+// owners, block by block from their shared memory, through the communicator, and
+// received in place. A row must hold an item of its shard or belong to a batch
+// not yet released on its owner; release batches after the Collect calls that
+// read them.
+//
+// Errors, the same on every rank when they come from arguments: columns or windows
+// that differ between ranks, an unknown column, a bad window, an index out of
+// range; then per rank: an index whose owner has no item there; the
+// communicator's errors.
+func (d *DistTable) Collect(ctx context.Context, indices []int, columns []string, w Window) ([][]byte, error) {
+	return d.CollectInto(ctx, nil, indices, columns, w)
+}
+
+// CollectInto is Collect reusing dst's buffers where they are large enough.
+func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int, columns []string, w Window) ([][]byte, error) {
+	d.opMu.Lock()
+	defer d.opMu.Unlock()
+	cctx, stop := graceful(ctx, d.grace)
+	defer stop()
+	name := d.t.name
+	if d.st == nil {
+		return nil, errNoShard
+	}
+	plans, argErr := planColumns(d.st.shard, columns, w)
+	// One exchange settles the arguments and the request counts: per rank, an
+	// error flag, a digest of columns and window, and how many rows it wants
+	// from every rank.
+	m := d.size
+	row := make([]int64, 2+m)
+	row[1] = int64(hashSpec(fmt.Sprintf("%q %+v", columns, w)))
+	byOwner := make([][]int, m) // positions of the items each owner gives, in order
+	for k, idx := range indices {
+		if idx < 0 || idx >= m*d.capacity {
+			if argErr == nil {
+				argErr = fmt.Errorf("sample: distributed table %q: collect: index %d out of range [0, %d)", name, idx, m*d.capacity)
+			}
+			continue
+		}
+		row[2+idx/d.capacity]++
+		byOwner[idx/d.capacity] = append(byOwner[idx/d.capacity], k)
+	}
+	if argErr != nil {
+		row[0] = 1
+	}
+	per := 0
+	for _, p := range plans {
+		per += p.itemBytes()
+	}
+	// Local rows are copied while the ranks agree and exchange.
+	var wg sync.WaitGroup
+	var localErr error
+	if argErr == nil {
+		dst = allocOut(dst, plans, len(indices))
+		if mine := byOwner[d.rank]; len(mine) > 0 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				localErr = forEachParallel(len(mine), per*len(mine), func(lo, hi int) error {
+					for _, k := range mine[lo:hi] {
+						if err := d.st.copyRow(indices[k]%d.capacity, plans, dst, k); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			}()
+		}
+	}
+	defer wg.Wait()
+	all := make([]int64, len(row)*m)
+	if err := collective.AllGather(cctx, d.comm, row, all); err != nil {
+		return nil, fmt.Errorf("sample: distributed table %q: collect: %w", name, err)
+	}
+	for r := range m {
+		v := all[r*len(row):]
+		switch {
+		case v[0] != 0 && argErr != nil:
+			return nil, argErr
+		case v[0] != 0:
+			return nil, fmt.Errorf("sample: distributed table %q: collect: rank %d's arguments are bad", name, r)
+		case v[1] != all[1]:
+			return nil, fmt.Errorf("sample: distributed table %q: collect: rank %d asks for other columns or another window than rank 0", name, r)
+		}
+	}
+	wants := func(from, owner int) int { return int(all[from*len(row)+2+owner]) }
+
+	var missing error
+	xerr := d.exchange(cctx, func(peer int, first bool) error {
+		ask := make([]int64, len(byOwner[peer]))
+		for i, k := range byOwner[peer] {
+			ask[i] = int64(indices[k] % d.capacity)
+		}
+		asked := make([]int64, wants(peer, d.rank))
+		steps := []func() error{
+			func() error { return sendIf(cctx, d.comm, ask, peer, tagCollectRequest) },
+			func() error { return recvIf(cctx, d.comm, asked, peer, tagCollectRequest) },
+			func() error { return d.serve(cctx, peer, asked, plans) },
+			func() error {
+				err := d.receive(cctx, peer, byOwner[peer], indices, plans, dst)
+				if err != nil && missing == nil && !isCommErr(err) {
+					missing = err
+					return nil
+				}
+				return err
+			},
+		}
+		order := []int{0, 1, 2, 3}
+		if !first {
+			order = []int{1, 0, 3, 2}
+		}
+		for _, i := range order {
+			if err := steps[i](); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	wg.Wait()
+	switch {
+	case xerr != nil:
+		return nil, fmt.Errorf("sample: distributed table %q: collect: %w", name, xerr)
+	case localErr != nil:
+		return nil, localErr
+	case missing != nil:
+		return nil, missing
+	}
+	return dst, nil
+}
+
+// exchange runs fn once with every other rank, in rounds of disjoint pairs (the
+// circle method), so that every pair's blocking sends and receives meet; in each
+// pair the lower rank goes first.
+func (d *DistTable) exchange(ctx context.Context, fn func(peer int, first bool) error) error {
+	n := d.size
+	if n%2 == 1 {
+		n++ // a bye
+	}
+	for round := range n - 1 {
+		var peer int
+		switch {
+		case d.rank == n-1:
+			peer = round
+		case d.rank == round:
+			peer = n - 1
+		default:
+			peer = ((2*round-d.rank)%(n-1) + (n - 1)) % (n - 1)
+		}
+		if peer >= d.size || peer == d.rank {
+			continue
+		}
+		if err := fn(peer, d.rank < peer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// stageBelow is the row size under which remote rows travel packed, one message
+// per column and peer, rather than one message per block: for small rows the cost
+// of a message outweighs that of the extra copies.
+const stageBelow = 32 << 10
+
+func staged(plans []colPlan) bool {
+	n := 0
+	for _, p := range plans {
+		n += p.avail * p.frameBytes
+	}
+	return n < stageBelow
+}
+
+// missingRow marks, in a status message, a row its owner could not read.
+type missingRow struct{ err error }
+
+func (e missingRow) Error() string { return e.err.Error() }
+
+func isCommErr(err error) bool {
+	_, ok := err.(missingRow)
+	return !ok
+}
+
+func sendIf(ctx context.Context, c *collective.Comm, buf []int64, peer, tag int) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	return collective.Send(ctx, c, buf, peer, tag)
+}
+
+func recvIf(ctx context.Context, c *collective.Comm, buf []int64, peer, tag int) error {
+	if len(buf) == 0 {
+		return nil
+	}
+	return collective.Recv(ctx, c, buf, peer, tag)
+}
+
+// serve sends peer the rows it asked for: a status byte per row, then the window
+// of every column of every readable row, straight from the pinned blocks.
+func (d *DistTable) serve(ctx context.Context, peer int, rows []int64, plans []colPlan) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	status := make([]byte, len(rows))
+	blocks := make([]func(int) []byte, len(rows))
+	dones := make([]func(), 0, len(rows))
+	defer func() {
+		for _, done := range dones {
+			done()
+		}
+	}()
+	for i, r := range rows {
+		block, done, err := d.st.pinRow(int(r))
+		if err != nil {
+			continue
+		}
+		status[i], blocks[i] = 1, block
+		dones = append(dones, done)
+	}
+	if err := collective.Send(ctx, d.comm, status, peer, tagCollectStatus); err != nil {
+		return err
+	}
+	if staged(plans) {
+		// Small rows: one message per column, the rows packed in order.
+		ok := len(dones)
+		for _, p := range plans {
+			n := p.avail * p.frameBytes
+			if n == 0 {
+				continue
+			}
+			buf := make([]byte, 0, ok*n)
+			for i := range rows {
+				if status[i] != 0 {
+					buf = append(buf, blocks[i](p.col)[p.first*p.frameBytes:p.first*p.frameBytes+n]...)
+				}
+			}
+			if err := collective.Send(ctx, d.comm, buf, peer, tagCollectData); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := range rows {
+		if status[i] == 0 {
+			continue
+		}
+		for _, p := range plans {
+			if p.avail == 0 {
+				continue
+			}
+			src := blocks[i](p.col)[p.first*p.frameBytes : (p.first+p.avail)*p.frameBytes]
+			if err := collective.Send(ctx, d.comm, src, peer, tagCollectData); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// receive takes the rows this rank asked peer for into their places in dst.
+func (d *DistTable) receive(ctx context.Context, peer int, positions []int, indices []int, plans []colPlan, dst [][]byte) error {
+	if len(positions) == 0 {
+		return nil
+	}
+	status := make([]byte, len(positions))
+	if err := collective.Recv(ctx, d.comm, status, peer, tagCollectStatus); err != nil {
+		return err
+	}
+	var missing error
+	if staged(plans) {
+		ok := 0
+		for _, st := range status {
+			ok += int(st)
+		}
+		for c, p := range plans {
+			n := p.avail * p.frameBytes
+			ib := p.itemBytes()
+			var buf []byte
+			if n > 0 && ok > 0 {
+				buf = make([]byte, ok*n)
+				if err := collective.Recv(ctx, d.comm, buf, peer, tagCollectData); err != nil {
+					return err
+				}
+			}
+			j := 0
+			for i, k := range positions {
+				out := dst[c][k*ib : (k+1)*ib]
+				if status[i] == 0 {
+					clear(out)
+					continue
+				}
+				copy(out[p.readAt:p.readAt+n], buf[j*n:(j+1)*n])
+				clear(out[p.zeroAt : p.zeroAt+ib-n])
+				j++
+			}
+		}
+		for i, k := range positions {
+			if status[i] == 0 && missing == nil {
+				missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there (deleted since it was sampled?)", d.t.name, indices[k], peer)}
+			}
+		}
+		return missing
+	}
+	for i, k := range positions {
+		for c, p := range plans {
+			ib := p.itemBytes()
+			out := dst[c][k*ib : (k+1)*ib]
+			n := p.avail * p.frameBytes
+			if status[i] == 0 {
+				clear(out)
+				continue
+			}
+			if n > 0 {
+				if err := collective.Recv(ctx, d.comm, out[p.readAt:p.readAt+n], peer, tagCollectData); err != nil {
+					return err
+				}
+			}
+			clear(out[p.zeroAt : p.zeroAt+ib-n])
+		}
+		if status[i] == 0 && missing == nil {
+			missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there (deleted since it was sampled?)", d.t.name, indices[k], peer)}
+		}
+	}
+	return missing
+}

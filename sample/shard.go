@@ -1,0 +1,412 @@
+package sample
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"gear/store"
+)
+
+// ShardTable is a Table whose items are the committed rows of a store shard. Any
+// process on the host writes trajectories into the shard (Allocate, write in
+// place, Commit); the table admits every commit as an insert, in commit order,
+// waiting on its rate limiter; an item's Index is its row. When the table deletes an
+// item (remover, max_times_sampled, MutatePriorities, Reset) it releases the row,
+// and writers may reuse it.
+//
+// The table decides evictions, so the shard must have no remover of its own
+// (store.RemoverNone): a writer's Allocate then waits while every row is in use,
+// which is how the rate limiter holds writers back.
+type ShardTable struct {
+	t     *Table
+	shard *store.Shard
+	poll  time.Duration
+	hook  func(Item) // the caller's OnDelete
+
+	mu       sync.Mutex
+	held     map[int32]store.View // rows deleted by a sample, pinned until the batch is released
+	next     uint64               // the commit sequence to admit next
+	refused  int64
+	lastErr  error
+	progress chan struct{} // closed and replaced when next advances
+	closed   bool
+
+	kick   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// ShardInfo is a shard table's state.
+type ShardInfo struct {
+	Info
+	// Admitted is the commit sequence the table has read up to: every commit
+	// before it was admitted (or refused, or dropped as a duplicate key).
+	Admitted uint64
+	// Held counts rows deleted by samples whose batches are not released yet.
+	Held int
+	// Refused counts commits whose priority the sampler or remover refused; their
+	// rows were released. LastRefusal says why the last one was, or why admission
+	// stopped (the shard closed under the table).
+	Refused     int64
+	LastRefusal error
+}
+
+// ShardOption tunes NewShardTable.
+type ShardOption func(*ShardTable)
+
+// WithPollInterval sets the longest pause between two looks at the shard's commit
+// log when it is idle (default 1ms; after a commit the table looks again at once).
+func WithPollInterval(d time.Duration) ShardOption {
+	return func(st *ShardTable) { st.poll = d }
+}
+
+// NewShardTable builds a table over shard, which the caller keeps and closes after
+// the table. cfg.MaxSize must be below the shard's capacity and defaults to
+// capacity - 1: the rows beyond it are for writers in flight (an insert into a full
+// table takes a row before the remover frees one) and for rows held by unreleased
+// batches. cfg.OnDelete, if set, is called after the table releases an item's row.
+// Rows already committed (a restored shard) are admitted first.
+func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardTable, error) {
+	if shard.Remover() != nil {
+		return nil, fmt.Errorf("sample: table %q over shard %q: the shard evicts with remover %q; create it with Remover %q so that the table alone removes rows",
+			cfg.Name, shard.Name(), shard.Remover().Name(), store.RemoverNone)
+	}
+	if cfg.MaxSize == 0 {
+		cfg.MaxSize = shard.Capacity() - 1
+	}
+	if cfg.MaxSize >= shard.Capacity() {
+		return nil, fmt.Errorf("sample: table %q: max size %d leaves no row of shard %q (capacity %d) for a writer: an insert into a full table needs a row before the remover frees one",
+			cfg.Name, cfg.MaxSize, shard.Name(), shard.Capacity())
+	}
+	st := &ShardTable{
+		shard:    shard,
+		poll:     time.Millisecond,
+		hook:     cfg.OnDelete,
+		held:     make(map[int32]store.View),
+		progress: make(chan struct{}),
+		kick:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(st)
+	}
+	if st.poll <= 0 {
+		return nil, fmt.Errorf("sample: table %q: poll interval %v: want > 0", cfg.Name, st.poll)
+	}
+	cfg.OnDelete = st.release
+	t, err := NewTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.rows = true
+	st.t = t
+	st.ctx, st.cancel = context.WithCancel(context.Background())
+	go st.ingest()
+	return st, nil
+}
+
+// Name is the table's name.
+func (st *ShardTable) Name() string { return st.t.Name() }
+
+// Shard is the shard under the table.
+func (st *ShardTable) Shard() *store.Shard { return st.shard }
+
+// release gives an item's row back to the shard (the table's OnDelete).
+func (st *ShardTable) release(it Item) {
+	_ = st.shard.Release(store.Ref{Index: it.Index, Seq: it.Seq})
+	if st.hook != nil {
+		st.hook(it)
+	}
+}
+
+// ingest admits the shard's commits into the table, in commit order, until Close.
+func (st *ShardTable) ingest() {
+	defer close(st.done)
+	buf := make([]store.RowStatus, 0, 256)
+	const minWait = 20 * time.Microsecond
+	wait := minWait
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for st.ctx.Err() == nil {
+		st.mu.Lock()
+		from := st.next
+		st.mu.Unlock()
+		rows, next, err := st.shard.ReadCommits(from, buf[:0], cap(buf))
+		switch {
+		case errors.Is(err, store.ErrMissed):
+			st.rescan()
+			continue
+		case err != nil:
+			st.fail(err)
+			return
+		}
+		for _, r := range rows {
+			if !st.admit(r) {
+				return
+			}
+			st.advance(r.Seq + 1)
+		}
+		st.advance(next)
+		if next != from {
+			wait = minWait
+			continue
+		}
+		timer.Reset(wait)
+		select {
+		case <-st.ctx.Done():
+			return
+		case <-st.kick:
+		case <-timer.C:
+		}
+		wait = min(2*wait, st.poll)
+	}
+}
+
+// admit inserts one committed row, waiting on the rate limiter. It returns false
+// when the table is closing.
+func (st *ShardTable) admit(r store.RowStatus) bool {
+	it := Item{Key: r.Key, Ref: r.Seq, Priority: r.Priority, TimesSampled: int64(r.TimesSampled),
+		Seq: r.Seq, Inserted: r.InsertedAt, Index: r.Index}
+	added, err := st.t.insert(st.ctx, it, true)
+	if err != nil {
+		if st.ctx.Err() != nil || errors.Is(err, ErrClosed) {
+			return false
+		}
+		_ = st.shard.Release(r.Ref())
+		st.mu.Lock()
+		st.refused++
+		st.lastErr = err
+		st.mu.Unlock()
+		return true
+	}
+	if !added { // an existing key: its priority was set; this row is not needed
+		_ = st.shard.Release(r.Ref())
+	}
+	return true
+}
+
+// rescan admits every committed row the table does not hold, after the commit log
+// lost track (a restored shard, or a table that fell a log's length behind).
+func (st *ShardTable) rescan() {
+	seq := st.shard.CommitSeq()
+	for r := range st.shard.Rows() {
+		if r.Seq >= seq {
+			continue // ReadCommits will bring it
+		}
+		if it, ok := st.t.itemAt(r.Index); ok && it.Seq == r.Seq {
+			continue
+		}
+		if !st.admit(r) {
+			return
+		}
+	}
+	st.advance(seq)
+}
+
+func (st *ShardTable) advance(next uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if next > st.next {
+		st.next = next
+		close(st.progress)
+		st.progress = make(chan struct{})
+	}
+}
+
+func (st *ShardTable) fail(err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.closed {
+		st.lastErr = fmt.Errorf("sample: table %q: reading the commits of shard %q: %w", st.t.name, st.shard.Name(), err)
+	}
+}
+
+// pending reports whether commits wait for admission.
+func (st *ShardTable) pending() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.shard.CommitSeq() > st.next
+}
+
+// Insert writes one trajectory from this process: it allocates a row (waiting,
+// until ctx is done, while the shard is full), lets write fill its blocks, commits
+// it with key and priority, and waits until the table has admitted it, which the
+// rate limiter may delay. A write error aborts the row and is returned.
+//
+// Errors: ErrClosed; store errors; the context's error (the row stays committed
+// and is admitted later).
+func (st *ShardTable) Insert(ctx context.Context, key uint64, priority float64, write func(store.Pending) error) (store.Ref, error) {
+	if err := st.t.checkPriority(key, priority); err != nil {
+		return store.Ref{}, err
+	}
+	p, err := st.shard.Allocate(ctx)
+	if err != nil {
+		return store.Ref{}, fmt.Errorf("sample: table %q: insert of key %d: %w", st.t.name, key, err)
+	}
+	if err := write(p); err != nil {
+		_ = p.Abort()
+		return store.Ref{}, fmt.Errorf("sample: table %q: insert of key %d: writing the row: %w", st.t.name, key, err)
+	}
+	ref, err := p.CommitKey(key, priority)
+	if err != nil {
+		return store.Ref{}, fmt.Errorf("sample: table %q: insert of key %d: %w", st.t.name, key, err)
+	}
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+	return ref, st.WaitAdmitted(ctx, ref.Seq+1)
+}
+
+// WaitAdmitted waits until the table has admitted every commit before seq (take seq
+// from store.Shard.CommitSeq after committing).
+//
+// Errors: ErrClosed; the context's error.
+func (st *ShardTable) WaitAdmitted(ctx context.Context, seq uint64) error {
+	for {
+		st.mu.Lock()
+		next, ch, closed := st.next, st.progress, st.closed
+		st.mu.Unlock()
+		if closed {
+			return st.t.errClosed("wait for admission")
+		}
+		if next >= seq {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("sample: table %q: waiting for commit %d to be admitted (at %d): %w", st.t.name, seq-1, next, ctx.Err())
+		case <-st.ctx.Done():
+			return st.t.errClosed("wait for admission")
+		}
+	}
+}
+
+// Batch is a sampled batch of a shard-backed (or distributed) table. Items whose
+// sample deleted them (Deleted, from max_times_sampled) keep their rows pinned, so
+// that they can still be collected, until Release.
+type Batch struct {
+	Items []Sampled
+	st    *ShardTable
+	held  []int32
+}
+
+// Release unpins the rows this batch holds. Call it once the batch's data has
+// been collected; it is idempotent. Collect must not run on the batch meanwhile.
+func (b *Batch) Release() {
+	if b.st == nil || len(b.held) == 0 {
+		return
+	}
+	b.st.mu.Lock()
+	for _, r := range b.held {
+		if v, ok := b.st.held[r]; ok {
+			v.Done()
+			delete(b.st.held, r)
+		}
+	}
+	b.st.mu.Unlock()
+	b.held = b.held[:0]
+}
+
+// Sample is Table.Sample over the shard: a flexible batch of 1 to n items.
+//
+// Errors: ErrClosed; the context's error when it ends before one item could be
+// sampled.
+func (st *ShardTable) Sample(ctx context.Context, n int) (*Batch, error) {
+	b := &Batch{}
+	if err := st.SampleInto(ctx, b, n); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// SampleInto is Sample reusing b (released first), allocating nothing once b has
+// held a batch of n.
+func (st *ShardTable) SampleInto(ctx context.Context, b *Batch, n int) error {
+	if n < 1 {
+		return fmt.Errorf("sample: table %q: sample of %d items: want n >= 1", st.t.name, n)
+	}
+	b.Release()
+	b.st = st
+	if cap(b.Items) < n {
+		b.Items = make([]Sampled, n)
+	}
+	got, err := st.t.sampleInto(ctx, b.Items[:n], func(it Item) { st.holdAndRelease(b, it) })
+	b.Items = b.Items[:got]
+	return err
+}
+
+// holdAndRelease pins the row of an item a sample deleted, then releases it: the
+// row is freed when the batch lets go.
+func (st *ShardTable) holdAndRelease(b *Batch, it Item) {
+	ref := store.Ref{Index: it.Index, Seq: it.Seq}
+	if v, err := st.shard.Read(ref); err == nil {
+		st.mu.Lock()
+		st.held[int32(it.Index)] = v
+		st.mu.Unlock()
+		b.held = append(b.held, int32(it.Index))
+	}
+	st.release(it)
+}
+
+// MutatePriorities is Table.MutatePriorities; the new priorities are also written
+// to the shard's status table (so that checkpoints keep them).
+func (st *ShardTable) MutatePriorities(updates []Update, deletes []uint64) error {
+	if err := st.t.MutatePriorities(updates, deletes); err != nil {
+		return err
+	}
+	for _, u := range updates {
+		if it, ok := st.t.Get(u.Key); ok {
+			_ = st.shard.SetPriority(store.Ref{Index: it.Index, Seq: it.Seq}, u.Priority)
+		}
+	}
+	return nil
+}
+
+// Get returns the item with key.
+func (st *ShardTable) Get(key uint64) (Item, bool) { return st.t.Get(key) }
+
+// Items appends every item to dst, in insertion order.
+func (st *ShardTable) Items(dst []Item) []Item { return st.t.Items(dst) }
+
+// Top is Table.Top.
+func (st *ShardTable) Top(k int, dst []Item) ([]Item, error) { return st.t.Top(k, dst) }
+
+// Reset deletes every item, releasing its row, and zeroes the counts.
+func (st *ShardTable) Reset() error { return st.t.Reset() }
+
+// Info reports the table's state.
+func (st *ShardTable) Info() ShardInfo {
+	info := st.t.Info()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return ShardInfo{Info: info, Admitted: st.next, Held: len(st.held), Refused: st.refused, LastRefusal: st.lastErr}
+}
+
+// Close stops admitting commits, wakes every waiting call with ErrClosed and
+// unpins the rows still held by unreleased batches. It is idempotent; the shard
+// stays open (the caller closes it after the table).
+func (st *ShardTable) Close() error {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil
+	}
+	st.closed = true
+	st.mu.Unlock()
+	st.cancel()
+	_ = st.t.Close()
+	<-st.done
+	st.mu.Lock()
+	for r, v := range st.held {
+		v.Done()
+		delete(st.held, r)
+	}
+	st.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,427 @@
+package sample
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"gear/store"
+	"gear/store/storetest"
+)
+
+var testColumns = []string{"obs", "act", "meta"}
+
+// shardTable makes a shard of the given capacity (remover none) and a table over
+// it; both are closed at the end of the test.
+func shardTable(t *testing.T, capacity int, cfg Config) (*ShardTable, *store.Shard) {
+	t.Helper()
+	spec := storetest.Spec(capacity)
+	spec.Remover = store.RemoverNone
+	sh := storetest.Create(t, spec)
+	if cfg.Name == "" {
+		cfg.Name = "shard"
+	}
+	if cfg.Sampler == nil {
+		cfg.Sampler = NewUniform()
+	}
+	if cfg.Remover == nil {
+		cfg.Remover = NewFIFO()
+	}
+	st, err := NewShardTable(sh, cfg, WithPollInterval(200*time.Microsecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st, sh
+}
+
+func fill(id uint64) func(store.Pending) error {
+	return func(p store.Pending) error { storetest.Fill(p, id); return nil }
+}
+
+// checkCollected verifies that item k of whole-trajectory buffers holds payload
+// want.
+func checkCollected(t *testing.T, sh *store.Shard, bufs [][]byte, k int, want uint64) {
+	t.Helper()
+	blocks := make([][]byte, len(bufs))
+	for c := range bufs {
+		n := sh.BlockBytes(c)
+		blocks[c] = bufs[c][k*n : (k+1)*n]
+	}
+	id, err := storetest.Check(blocks)
+	if err != nil {
+		t.Fatalf("item %d: %v", k, err)
+	}
+	if id != want {
+		t.Fatalf("item %d holds payload %d, want %d", k, id, want)
+	}
+}
+
+func TestShardTableInsertSampleCollect(t *testing.T) {
+	st, sh := shardTable(t, 32, Config{MaxSize: 20, Seed: 3})
+	ctx := context.Background()
+	for k := range uint64(25) {
+		if _, err := st.Insert(ctx, k, 1, fill(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The FIFO remover kept keys 5..24 and released the other rows.
+	if got := keysOf(st.Items(nil)); !slices.Equal(got, []uint64{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24}) {
+		t.Fatalf("keys %v", got)
+	}
+	if s := sh.Stats(); s.Committed != 20 || s.Free != 12 {
+		t.Fatalf("shard stats %+v", s)
+	}
+	b, err := st.Sample(ctx, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	idx := make([]int, len(b.Items))
+	for i, s := range b.Items {
+		idx[i] = s.Index
+	}
+	bufs, err := st.Collect(ctx, idx, testColumns, Window{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, s := range b.Items {
+		checkCollected(t, sh, bufs, k, s.Key)
+	}
+}
+
+func TestShardTableAdmitsOtherHandlesCommits(t *testing.T) {
+	st, sh := shardTable(t, 16, Config{})
+	ctx := context.Background()
+	// A second handle stands for a writer process.
+	w, err := store.Attach(ctx, sh.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for k := range uint64(5) {
+		p, err := w.Allocate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		storetest.Fill(p, 100+k)
+		if _, err := p.CommitKey(100+k, float64(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.WaitAdmitted(ctx, w.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	if got := keysOf(st.Items(nil)); !slices.Equal(got, []uint64{100, 101, 102, 103, 104}) {
+		t.Fatalf("keys %v", got)
+	}
+	it, _ := st.Get(103)
+	if it.Priority != 3 || it.Seq != 3 {
+		t.Fatalf("item %+v", it)
+	}
+}
+
+func TestShardTableAdmitsRowsCommittedBefore(t *testing.T) {
+	spec := storetest.Spec(8)
+	spec.Remover = store.RemoverNone
+	sh := storetest.Create(t, spec)
+	ctx := context.Background()
+	for k := range uint64(3) {
+		p, _ := sh.Allocate(ctx)
+		storetest.Fill(p, k)
+		if _, err := p.CommitKey(k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := NewShardTable(sh, Config{Name: "late", Sampler: NewUniform(), Remover: NewFIFO()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.WaitAdmitted(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Info().Size; n != 3 {
+		t.Fatalf("size %d, want 3", n)
+	}
+}
+
+func TestShardTableQueueHoldsDeletedRows(t *testing.T) {
+	st, sh := shardTable(t, 8, Config{MaxSize: 3, Sampler: NewFIFO(), Remover: NewFIFO(),
+		RateLimit: Queue(3), MaxTimesSampled: 1})
+	ctx := context.Background()
+	for k := range uint64(3) {
+		if _, err := st.Insert(ctx, k, 1, fill(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The 4th commit succeeds in the shard but waits for admission.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := st.Insert(short, 3, 1, fill(3)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("4th insert: %v, want a deadline error", err)
+	}
+	b, err := st.Sample(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sampledKeys(b.Items); !slices.Equal(got, []uint64{0, 1}) {
+		t.Fatalf("queue gave %v", got)
+	}
+	if err := st.WaitAdmitted(ctx, 4); err != nil {
+		t.Fatalf("the 4th row was not admitted after a sample: %v", err)
+	}
+	// Sampled items were deleted, but their rows are held for collection.
+	if info := st.Info(); info.Held != 2 || info.Size != 2 {
+		t.Fatalf("info %+v", info)
+	}
+	bufs, err := st.Collect(ctx, []int{b.Items[0].Index, b.Items[1].Index}, testColumns, Window{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkCollected(t, sh, bufs, 0, 0)
+	checkCollected(t, sh, bufs, 1, 1)
+	free := sh.Stats().Free
+	b.Release()
+	b.Release()
+	if s := sh.Stats(); s.Free != free+2 || st.Info().Held != 0 {
+		t.Fatalf("after Release: free %d (was %d), held %d", s.Free, free, st.Info().Held)
+	}
+	if _, err := st.Collect(ctx, []int{b.Items[0].Index}, testColumns, Window{}); err == nil {
+		t.Fatal("collected a released, deleted row")
+	}
+}
+
+func TestShardTableRefusesAndDeduplicates(t *testing.T) {
+	p, _ := NewPrioritized(1)
+	st, sh := shardTable(t, 8, Config{Sampler: p})
+	ctx := context.Background()
+	if _, err := st.Insert(ctx, 1, -1, fill(1)); err == nil {
+		t.Fatal("negative priority accepted")
+	}
+	// A writer that bypasses the check gets its row refused and released.
+	pend, _ := sh.Allocate(ctx)
+	storetest.Fill(pend, 2)
+	if _, err := pend.CommitKey(2, -5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Insert(ctx, 3, 2, fill(3)); err != nil {
+		t.Fatal(err)
+	}
+	// The same key again only sets the priority; its new row is released.
+	if _, err := st.Insert(ctx, 3, 7, fill(33)); err != nil {
+		t.Fatal(err)
+	}
+	info := st.Info()
+	if info.Refused != 1 || info.LastRefusal == nil || info.Size != 1 || info.Inserts != 1 {
+		t.Fatalf("info %+v", info)
+	}
+	if it, _ := st.Get(3); it.Priority != 7 {
+		t.Fatalf("key 3: %+v", it)
+	}
+	if s := sh.Stats(); s.Committed != 1 {
+		t.Fatalf("shard holds %d committed rows, want 1", s.Committed)
+	}
+	if err := st.MutatePriorities([]Update{{3, 4}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	it, _ := st.Get(3)
+	if rs, err := sh.Status(store.Ref{Index: it.Index, Seq: it.Seq}); err != nil || rs.Priority != 4 {
+		t.Fatalf("shard status %+v %v, want priority 4", rs, err)
+	}
+}
+
+func TestShardTableRefusesShardWithRemover(t *testing.T) {
+	sh := storetest.Create(t, storetest.Spec(4))
+	if _, err := NewShardTable(sh, Config{Name: "x", Sampler: NewUniform(), Remover: NewFIFO()}); err == nil {
+		t.Fatal("a shard with its own remover accepted")
+	}
+	spec := storetest.Spec(4)
+	spec.Remover = store.RemoverNone
+	sh2 := storetest.Create(t, spec)
+	if _, err := NewShardTable(sh2, Config{Name: "x", MaxSize: 5, Sampler: NewUniform(), Remover: NewFIFO()}); err == nil {
+		t.Fatal("max size above capacity accepted")
+	}
+}
+
+func TestCollectWindow(t *testing.T) {
+	st, sh := shardTable(t, 4, Config{})
+	ctx := context.Background()
+	ref, err := st.Insert(ctx, 9, 1, fill(9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, _ := sh.Column("obs")
+	fb := sh.ColumnSpec(obs).FrameBytes() // "obs" has 4 frames
+	v, _ := sh.Read(ref)
+	block := slices.Clone(v.Block(obs))
+	v.Done()
+	frame := func(i int) []byte { return block[i*fb : (i+1)*fb] }
+	zero := make([]byte, fb)
+	for _, c := range []struct {
+		w    Window
+		want [][]byte
+	}{
+		{Window{Offset: 1, Length: 2}, [][]byte{frame(1), frame(2)}},
+		{Window{Offset: 2, Length: 4}, [][]byte{frame(2), frame(3), zero, zero}},
+		{Window{Offset: 2, Length: 4, Pad: PadHead}, [][]byte{zero, zero, frame(2), frame(3)}},
+		{Window{Offset: 7, Length: 1}, [][]byte{zero}},
+		{Window{}, [][]byte{frame(0), frame(1), frame(2), frame(3)}},
+	} {
+		dst := [][]byte{slices.Repeat([]byte{0xAA}, 10*fb)} // dirty, reused buffer
+		got, err := st.CollectInto(ctx, dst, []int{ref.Index, ref.Index}, []string{"obs"}, c.w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Concat(slices.Concat(c.want...), slices.Concat(c.want...))
+		if !slices.Equal(got[0], want) {
+			t.Fatalf("window %+v: wrong bytes", c.w)
+		}
+	}
+	for _, bad := range []Window{{Offset: -1, Length: 1}, {Length: -2}, {Length: 1, Pad: 7}} {
+		if _, err := st.Collect(ctx, []int{ref.Index}, []string{"obs"}, bad); err == nil {
+			t.Fatalf("window %+v accepted", bad)
+		}
+	}
+	if _, err := st.Collect(ctx, []int{ref.Index}, []string{"nope"}, Window{}); err == nil {
+		t.Fatal("unknown column accepted")
+	}
+	if _, err := st.Collect(ctx, []int{3}, []string{"obs"}, Window{}); err == nil {
+		t.Fatal("an empty row collected")
+	}
+}
+
+// TestCollectParallel collects a batch big enough to be split among goroutines and
+// checks every item.
+func TestCollectParallel(t *testing.T) {
+	spec := store.Spec{Capacity: 17, Remover: store.RemoverNone, Columns: []store.Column{
+		{Name: "obs", DType: store.Float32, Shape: []int{256, 256}, Length: 4},
+		{Name: "meta", DType: store.Int64, Shape: []int{4}, Length: 1},
+	}}
+	sh := storetest.Create(t, spec)
+	st, err := NewShardTable(sh, Config{Name: "par", Sampler: NewUniform(), Remover: NewFIFO()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	var idx []int
+	var keys []uint64
+	for k := range uint64(16) {
+		ref, err := st.Insert(ctx, k, 1, fill(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx = append(idx, ref.Index)
+		keys = append(keys, k)
+	}
+	// Every row three times: 48 x 1 MiB, over the parallel threshold.
+	idx = slices.Repeat(idx, 3)
+	keys = slices.Repeat(keys, 3)
+	if n := len(idx) * sh.BlockBytes(0); n < parallelCopyBytes {
+		t.Fatalf("%d bytes do not reach the parallel threshold", n)
+	}
+	bufs, err := st.Collect(ctx, idx, []string{"obs", "meta"}, Window{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := sh.BlockBytes(0)
+	for k := range idx {
+		if k < 16 {
+			checkCollected(t, sh, bufs, k, keys[k])
+		} else if !slices.Equal(bufs[0][k*n:(k+1)*n], bufs[0][(k%16)*n:(k%16+1)*n]) {
+			t.Fatalf("item %d differs from item %d, a copy of the same row", k, k%16)
+		}
+	}
+}
+
+func TestShardTableClose(t *testing.T) {
+	st, _ := shardTable(t, 4, Config{Sampler: NewFIFO(), Remover: NewFIFO(), RateLimit: Queue(1), MaxTimesSampled: 1})
+	ctx := context.Background()
+	done := make(chan error, 1)
+	go func() { _, err := st.Sample(ctx, 1); done <- err }()
+	waitFor(t, "a blocked sample", func() bool { return st.Info().BlockedSamples == 1 })
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("blocked sample got %v", err)
+	}
+	if _, err := st.Insert(ctx, 1, 1, fill(1)); err == nil {
+		t.Fatal("insert after Close accepted")
+	}
+}
+
+// TestShardTableOverRestoredShard: a table over a shard restored from a checkpoint
+// admits the rows the checkpoint holds.
+func TestShardTableOverRestoredShard(t *testing.T) {
+	st, sh := shardTable(t, 8, Config{})
+	ctx := context.Background()
+	for k := range uint64(5) {
+		if _, err := st.Insert(ctx, k, float64(k), fill(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.MutatePriorities([]Update{{2, 9}}, []uint64{4}); err != nil {
+		t.Fatal(err)
+	}
+	path := t.TempDir() + "/shard.ckpt"
+	if err := sh.Checkpoint(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := store.Restore(ctx, path, storetest.Name(t, "restored"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restored.Close()
+	rt, err := NewShardTable(restored, Config{Name: "restored", Sampler: NewUniform(), Remover: NewFIFO()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if err := pollUntil("four rows", func() bool { return rt.Info().Size == 4 }); err != nil {
+		t.Fatal(err)
+	}
+	if it, ok := rt.Get(2); !ok || it.Priority != 9 {
+		t.Fatalf("key 2: %+v %v, want priority 9", it, ok)
+	}
+	b, err := rt.Sample(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := make([]int, len(b.Items))
+	for i, x := range b.Items {
+		idx[i] = x.Index
+	}
+	bufs, err := rt.Collect(ctx, idx, testColumns, Window{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, x := range b.Items {
+		checkCollected(t, restored, bufs, k, x.Key)
+	}
+}
+
+// TestShardTableKeepsWritersGoing: with the default max size (capacity - 1) a
+// writer always finds a row, however many trajectories it writes.
+func TestShardTableKeepsWritersGoing(t *testing.T) {
+	st, sh := shardTable(t, 4, Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for k := range uint64(12) {
+		if _, err := st.Insert(ctx, k, 1, fill(k)); err != nil {
+			t.Fatalf("insert %d: %v", k, err)
+		}
+	}
+	if got := keysOf(st.Items(nil)); !slices.Equal(got, []uint64{9, 10, 11}) {
+		t.Fatalf("keys %v", got)
+	}
+	if s := sh.Stats(); s.Committed != 3 || s.Free != 1 {
+		t.Fatalf("shard stats %+v", s)
+	}
+}

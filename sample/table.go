@@ -1,0 +1,610 @@
+package sample
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Item is one entry of a table.
+type Item struct {
+	// Key identifies the item in the table.
+	Key uint64
+	// Ref is the caller's opaque reference to the item's data.
+	Ref uint64
+	// Priority is the item's current priority.
+	Priority float64
+	// TimesSampled counts the samples of the item (in a Sampled, including that
+	// sample).
+	TimesSampled int64
+	// Seq is the item's insertion order in its table: 0, 1, 2, ...
+	Seq uint64
+	// Inserted is the time of the insert by the table's clock (unix
+	// nanoseconds by default). It orders FIFO and LIFO across shards.
+	Inserted int64
+	// Index is the item's place in its table: its row in a shard-backed table
+	// (the local index that Collect reads), a slot number otherwise.
+	Index int
+}
+
+// Sampled is one item of a sampled batch.
+type Sampled struct {
+	Item
+	// Probability is the probability with which the sampler chose the item.
+	Probability float64
+	// TableSize is the number of items in the table when it was chosen.
+	TableSize int
+	// Deleted reports that this sample reached max_times_sampled and removed the
+	// item from the table.
+	Deleted bool
+}
+
+// Update sets the priority of the item with Key.
+type Update struct {
+	Key      uint64
+	Priority float64
+}
+
+// Config describes a table.
+type Config struct {
+	// Name appears in errors and Info.
+	Name string
+	// MaxSize is the most items the table holds (>= 1). An insert into a full
+	// table inserts first, then lets the remover delete one item, possibly the
+	// new one.
+	MaxSize int
+	// Sampler chooses sampled items; Remover chooses the victim on overflow. They
+	// must be two distinct, empty selectors, and the table owns them from now on.
+	Sampler, Remover Selector
+	// MaxTimesSampled deletes an item once it has been sampled that many times,
+	// after the sample that reached the limit is returned; 0 is unlimited.
+	MaxTimesSampled int64
+	// RateLimit governs inserts and samples; the zero value means MinSize(1).
+	RateLimit RateLimit
+	// Seed seeds the random source of the sampler and remover.
+	Seed uint64
+	// Source, when set, replaces the source seeded from Seed.
+	Source rand.Source
+	// Clock, when set, stamps inserts instead of the wall clock (unix
+	// nanoseconds). It should not go backwards.
+	Clock func() int64
+	// OnDelete, when set, is called for every item that leaves the table (remover,
+	// max_times_sampled, explicit deletes, Reset), with the table's lock held: it
+	// must be quick and must not call the table.
+	OnDelete func(Item)
+}
+
+// Info is a table's state at one moment.
+type Info struct {
+	Name             string
+	Size, MaxSize    int
+	MaxTimesSampled  int64
+	Sampler, Remover Kind
+	// Inserts, Samples and Deletes are counted as the rate limiter counts them.
+	Inserts, Samples, Deletes int64
+	// UniqueSamples counts items sampled at least once.
+	UniqueSamples int64
+	// BlockedInserts and BlockedSamples count the calls waiting on the rate
+	// limiter now.
+	BlockedInserts, BlockedSamples int
+	Limiter                        LimiterInfo
+}
+
+// Table is a single-process replay table with Reverb's semantics: items with keys
+// and priorities, a sampler and a remover, max_times_sampled, and a rate limiter on
+// which Insert and Sample block. It is safe for concurrent use.
+type Table struct {
+	name     string
+	maxSize  int
+	maxTimes int64
+	sampler  Selector
+	remover  Selector
+	rng      *rand.Rand
+	clock    func() int64
+	onDelete func(Item)
+
+	mu            sync.Mutex
+	limiter       RateLimiter
+	items         []Item // by slot
+	live          []bool // by slot
+	index         map[uint64]int32
+	free          []int32 // free slots, reused last-freed first
+	seq           uint64
+	uniqueSamples int64
+	picks         []Pick
+	one           [1]Pick
+	touch         int64         // keeps the prefetching loop in SampleInto
+	slots         []int         // scratch for Top
+	rows          bool          // slots are shard rows, given by the caller
+	distributed   bool          // a distributed table's shard: inserts use share
+	share         int64         // inserts allowed until the next global sync
+	wake          chan struct{} // closed and replaced when the state changes and someone waits
+	waiters       int
+	blockedIns    int
+	blockedSmp    int
+	closed        bool
+	done          chan struct{}
+}
+
+// NewTable checks cfg and returns an empty table.
+func NewTable(cfg Config) (*Table, error) {
+	rl := cfg.RateLimit
+	if rl == (RateLimit{}) {
+		rl = MinSize(1)
+	}
+	lim, err := NewRateLimiter(rl)
+	if err != nil {
+		return nil, fmt.Errorf("sample: table %q: %w", cfg.Name, err)
+	}
+	switch {
+	case cfg.MaxSize < 1:
+		return nil, fmt.Errorf("sample: table %q: max size %d: want >= 1", cfg.Name, cfg.MaxSize)
+	case cfg.Sampler == nil || cfg.Remover == nil:
+		return nil, fmt.Errorf("sample: table %q: sampler and remover are both required", cfg.Name)
+	case cfg.Sampler == cfg.Remover:
+		return nil, fmt.Errorf("sample: table %q: sampler and remover are the same selector; each keeps its own state, so pass two", cfg.Name)
+	case cfg.Sampler.Len() != 0 || cfg.Remover.Len() != 0:
+		return nil, fmt.Errorf("sample: table %q: sampler and remover must start empty", cfg.Name)
+	case cfg.MaxTimesSampled < 0:
+		return nil, fmt.Errorf("sample: table %q: max_times_sampled %d: want >= 0", cfg.Name, cfg.MaxTimesSampled)
+	}
+	clock := cfg.Clock
+	if clock == nil {
+		clock = func() int64 { return time.Now().UnixNano() }
+	}
+	src := cfg.Source
+	if src == nil {
+		src = rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)
+	}
+	return &Table{
+		name:     cfg.Name,
+		maxSize:  cfg.MaxSize,
+		maxTimes: cfg.MaxTimesSampled,
+		sampler:  cfg.Sampler,
+		remover:  cfg.Remover,
+		rng:      rand.New(src),
+		clock:    clock,
+		onDelete: cfg.OnDelete,
+		limiter:  *lim,
+		index:    make(map[uint64]int32),
+		wake:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Name is the table's name.
+func (t *Table) Name() string { return t.name }
+
+// Insert adds an item, waiting while the rate limiter refuses inserts. When key is
+// already present it only sets the item's priority, without waiting and without
+// counting an insert (ref is then ignored). A full table then lets its remover
+// delete one item, possibly the new one.
+//
+// Errors: a priority the sampler or remover refuses; ErrClosed; the context's
+// error when it ends before the insert was allowed.
+func (t *Table) Insert(ctx context.Context, key uint64, priority float64, ref uint64) error {
+	_, err := t.insert(ctx, Item{Key: key, Priority: priority, Ref: ref}, false)
+	return err
+}
+
+// insert adds it, or sets the priority of the item with its key. With atRow, the
+// item goes to slot it.Index and keeps its Seq, Inserted and TimesSampled (a
+// shard row); otherwise the table assigns them. It reports whether it added it.
+func (t *Table) insert(ctx context.Context, it Item, atRow bool) (bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false, t.errClosed("insert")
+	}
+	if err := t.checkPriority(it.Key, it.Priority); err != nil {
+		return false, err
+	}
+	if slot, ok := t.index[it.Key]; ok {
+		t.setPriority(int(slot), it.Priority)
+		return false, nil
+	}
+	if err := t.waitLocked(ctx, "insert", &t.blockedIns, t.canInsert); err != nil {
+		return false, err
+	}
+	if slot, ok := t.index[it.Key]; ok { // inserted by another caller while we waited
+		t.setPriority(int(slot), it.Priority)
+		return false, nil
+	}
+	var slot int
+	if atRow {
+		slot = it.Index
+		t.ensureSlot(slot)
+		if t.live[slot] {
+			return false, fmt.Errorf("sample: table %q: row %d already holds key %d", t.name, slot, t.items[slot].Key)
+		}
+	} else {
+		slot = t.allocSlot()
+		it.Index, it.Seq, it.Inserted, it.TimesSampled = slot, t.seq, t.clock(), 0
+		t.seq++
+	}
+	t.items[slot] = it
+	t.live[slot] = true
+	t.index[it.Key] = int32(slot)
+	// Check passed for both selectors, so neither can fail here.
+	_ = t.sampler.Insert(slot, it.Priority)
+	_ = t.remover.Insert(slot, it.Priority)
+	t.limiter.Insert(1)
+	if t.distributed {
+		t.share--
+	}
+	if t.sampler.Len() > t.maxSize {
+		t.remover.Sample(t.rng, t.one[:])
+		t.deleteSlot(t.one[0].Slot, nil)
+	}
+	t.notify()
+	return true, nil
+}
+
+// Sample returns between 1 and n sampled items: it waits until the rate limiter
+// allows one sample, then takes as many more as it allows at once, up to n (a
+// flexible batch). Items are chosen one after another as Reverb does: a pick may
+// repeat an item, and an item that reaches max_times_sampled is deleted before the
+// next pick.
+//
+// Errors: ErrClosed; the context's error when it ends before one item could be
+// sampled.
+func (t *Table) Sample(ctx context.Context, n int) ([]Sampled, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("sample: table %q: sample of %d items: want n >= 1", t.name, n)
+	}
+	dst := make([]Sampled, n)
+	got, err := t.SampleInto(ctx, dst)
+	return dst[:got], err
+}
+
+// SampleInto is Sample writing into dst (n = len(dst)); it returns how many items
+// it wrote. It allocates nothing once the table has sampled a batch of that size.
+func (t *Table) SampleInto(ctx context.Context, dst []Sampled) (int, error) {
+	return t.sampleInto(ctx, dst, nil)
+}
+
+// sampleInto is SampleInto; onDeleted, when set, replaces OnDelete for the items
+// this call deletes.
+func (t *Table) sampleInto(ctx context.Context, dst []Sampled, onDeleted func(Item)) (int, error) {
+	if len(dst) < 1 {
+		return 0, fmt.Errorf("sample: table %q: sample into an empty batch", t.name)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, t.errClosed("sample")
+	}
+	if t.distributed {
+		return 0, fmt.Errorf("sample: table %q is a shard of a distributed table: sample through the distributed table", t.name)
+	}
+	if err := t.waitLocked(ctx, "sample", &t.blockedSmp, func() bool { return t.limiter.CanSample(1) }); err != nil {
+		return 0, err
+	}
+	got, chunk := 0, len(dst)
+	for got < len(dst) {
+		allowed := int(t.limiter.MaxSamples(int64(min(chunk, len(dst)-got))))
+		if allowed == 0 {
+			break
+		}
+		if cap(t.picks) < allowed {
+			t.picks = make([]Pick, allowed)
+		}
+		picks := t.picks[:allowed]
+		size := t.sampler.Len()
+		t.sampler.Sample(t.rng, picks)
+		// The picks were drawn from one state; they stay valid until a pick
+		// deletes its item, and the rest of the chunk is then drawn again.
+		// Touch every picked item first: these loads are independent, so their
+		// cache misses overlap, and the loop below finds the items in cache.
+		var touch int64
+		for _, p := range picks {
+			touch += t.items[p.Slot].TimesSampled
+		}
+		t.touch = touch
+		accepted, deleted := 0, false
+		for _, p := range picks {
+			it := &t.items[p.Slot]
+			it.TimesSampled++
+			if it.TimesSampled == 1 {
+				t.uniqueSamples++
+			}
+			t.limiter.Sample(1)
+			dst[got] = Sampled{Item: *it, Probability: p.Probability, TableSize: size}
+			got++
+			accepted++
+			if t.maxTimes > 0 && it.TimesSampled >= t.maxTimes {
+				dst[got-1].Deleted = true
+				t.deleteSlot(p.Slot, onDeleted)
+				deleted = true
+				break
+			}
+		}
+		if deleted {
+			chunk = accepted
+		} else {
+			chunk *= 2
+		}
+	}
+	t.notify()
+	return got, nil
+}
+
+// MutatePriorities deletes the items with the given keys, then sets the given
+// priorities; unknown keys are ignored. It never waits.
+//
+// Errors: ErrClosed; a priority that the sampler or remover refuses, in which case
+// nothing changed.
+func (t *Table) MutatePriorities(updates []Update, deletes []uint64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return t.errClosed("mutate priorities")
+	}
+	for _, u := range updates {
+		if err := t.checkPriority(u.Key, u.Priority); err != nil {
+			return err
+		}
+	}
+	changed := false
+	for _, k := range deletes {
+		if slot, ok := t.index[k]; ok {
+			t.deleteSlot(int(slot), nil)
+			changed = true
+		}
+	}
+	for _, u := range updates {
+		if slot, ok := t.index[u.Key]; ok {
+			t.setPriority(int(slot), u.Priority)
+		}
+	}
+	if changed {
+		t.notify()
+	}
+	return nil
+}
+
+// Get returns the item with key.
+func (t *Table) Get(key uint64) (Item, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	slot, ok := t.index[key]
+	if !ok {
+		return Item{}, false
+	}
+	return t.items[slot], true
+}
+
+// Top appends to dst the first k distinct items in the sampler's order: the item a
+// sample would return, then the one it would return were that one deleted, and so
+// on (GEAR's top-k selection for a MaxHeap sampler). It samples nothing: no count,
+// no rate limiter, no times sampled.
+//
+// Errors: ErrClosed; a sampler that has no order (Uniform, Prioritized).
+func (t *Table) Top(k int, dst []Item) ([]Item, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return dst, t.errClosed("top")
+	}
+	o, ok := t.sampler.(Ordered)
+	if !ok {
+		return dst, fmt.Errorf("sample: table %q: top %d: the %v sampler has no order", t.name, k, t.sampler.Kind())
+	}
+	t.slots = o.Best(k, t.slots[:0])
+	for _, s := range t.slots {
+		dst = append(dst, t.items[s])
+	}
+	return dst, nil
+}
+
+// Items appends every item to dst, in insertion order.
+func (t *Table) Items(dst []Item) []Item {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start := len(dst)
+	for s, ok := range t.live {
+		if ok {
+			dst = append(dst, t.items[s])
+		}
+	}
+	slices.SortFunc(dst[start:], func(a, b Item) int { return cmp.Compare(a.Seq, b.Seq) })
+	return dst
+}
+
+// Info reports the table's state.
+func (t *Table) Info() Info {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ins, smp, del := t.limiter.Counts()
+	return Info{
+		Name: t.name, Size: t.sampler.Len(), MaxSize: t.maxSize, MaxTimesSampled: t.maxTimes,
+		Sampler: t.sampler.Kind(), Remover: t.remover.Kind(),
+		Inserts: ins, Samples: smp, Deletes: del, UniqueSamples: t.uniqueSamples,
+		BlockedInserts: t.blockedIns, BlockedSamples: t.blockedSmp,
+		Limiter: t.limiter.Info(),
+	}
+}
+
+// Reset deletes every item and zeroes the counts; the configuration stays.
+//
+// Errors: ErrClosed.
+func (t *Table) Reset() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return t.errClosed("reset")
+	}
+	for s, ok := range t.live {
+		if ok && t.onDelete != nil {
+			t.onDelete(t.items[s])
+		}
+	}
+	t.sampler.Clear()
+	t.remover.Clear()
+	clear(t.index)
+	t.items, t.live, t.free = t.items[:0], t.live[:0], t.free[:0]
+	t.limiter.Reset()
+	t.uniqueSamples = 0
+	t.notify()
+	return nil
+}
+
+// Close wakes every waiting call with ErrClosed and refuses later calls. It is
+// idempotent and keeps the items (Info and Get still answer).
+func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.closed {
+		t.closed = true
+		close(t.done)
+	}
+	return nil
+}
+
+func (t *Table) errClosed(op string) error {
+	return fmt.Errorf("%w: %s on table %q", ErrClosed, op, t.name)
+}
+
+func (t *Table) checkPriority(key uint64, p float64) error {
+	if err := t.sampler.Check(p); err != nil {
+		return fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)
+	}
+	if err := t.remover.Check(p); err != nil {
+		return fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)
+	}
+	return nil
+}
+
+// setPriority updates a live slot whose priority both selectors accept.
+func (t *Table) setPriority(slot int, p float64) {
+	t.items[slot].Priority = p
+	_ = t.sampler.Update(slot, p)
+	_ = t.remover.Update(slot, p)
+}
+
+// canInsert is the insert condition: the rate limiter's, or for a shard of a
+// distributed table, the share of the global room it was given at the last sync.
+func (t *Table) canInsert() bool {
+	if t.distributed {
+		return t.share > 0
+	}
+	return t.limiter.CanInsert(1)
+}
+
+// waitChangeLocked waits, with t.mu held on entry and on return, until the table
+// changes, d passes, the context ends or the table closes.
+func (t *Table) waitChangeLocked(ctx context.Context, d time.Duration) {
+	if t.closed {
+		return
+	}
+	wake := t.wake
+	t.waiters++
+	t.mu.Unlock()
+	timer := time.NewTimer(d)
+	select {
+	case <-wake:
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-t.done:
+	}
+	timer.Stop()
+	t.mu.Lock()
+	t.waiters--
+}
+
+// ensureSlot makes room for slot in the item arrays (shard rows).
+func (t *Table) ensureSlot(slot int) {
+	if slot >= len(t.items) {
+		n := max(slot+1, 2*len(t.items))
+		t.items = append(t.items, make([]Item, n-len(t.items))...)
+		t.live = append(t.live, make([]bool, n-len(t.live))...)
+	}
+}
+
+// itemAt returns the live item at slot.
+func (t *Table) itemAt(slot int) (Item, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if slot < 0 || slot >= len(t.live) || !t.live[slot] {
+		return Item{}, false
+	}
+	return t.items[slot], true
+}
+
+func (t *Table) allocSlot() int {
+	if n := len(t.free); n > 0 {
+		s := t.free[n-1]
+		t.free = t.free[:n-1]
+		return int(s)
+	}
+	t.items = append(t.items, Item{})
+	t.live = append(t.live, false)
+	return len(t.items) - 1
+}
+
+// deleteSlot removes the item at slot and tells hook, or else OnDelete.
+func (t *Table) deleteSlot(slot int, hook func(Item)) {
+	it := t.items[slot]
+	t.sampler.Delete(slot)
+	t.remover.Delete(slot)
+	delete(t.index, it.Key)
+	t.live[slot] = false
+	if !t.rows {
+		t.free = append(t.free, int32(slot))
+	}
+	t.limiter.Delete(1)
+	if hook == nil {
+		hook = t.onDelete
+	}
+	if hook != nil {
+		hook(it)
+	}
+}
+
+// notify wakes the waiters, if any, to look at the state again.
+func (t *Table) notify() {
+	if t.waiters > 0 {
+		close(t.wake)
+		t.wake = make(chan struct{})
+	}
+}
+
+// waitLocked waits, with t.mu held on entry and on return, until ok holds, the
+// context ends or the table closes.
+func (t *Table) waitLocked(ctx context.Context, op string, blocked *int, ok func() bool) error {
+	for {
+		if t.closed {
+			return t.errClosed(op)
+		}
+		if ok() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return t.errWait(op, err)
+		}
+		wake := t.wake
+		t.waiters++
+		*blocked++
+		t.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+		case <-t.done:
+		}
+		t.mu.Lock()
+		t.waiters--
+		*blocked--
+	}
+}
+
+func (t *Table) errWait(op string, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("sample: table %q: %s: rate limiter did not allow it before the deadline: %w", t.name, op, err)
+	}
+	return fmt.Errorf("sample: table %q: %s: %w", t.name, op, err)
+}
