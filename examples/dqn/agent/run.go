@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"gear/examples/dqn/replay"
+)
+
+// RunConfig describes a single-process training run.
+type RunConfig struct {
+	Agent Config
+	// Seed fixes every random choice: initial weights, exploration, environment
+	// resets and replay sampling.
+	Seed uint64
+	// MaxFrames stops the run after this many environment frames (0: no limit).
+	MaxFrames int64
+	// TargetReturn stops the run once the mean return of the last Window
+	// episodes reaches it (0: never).
+	TargetReturn float64
+	// Window is the number of episodes the mean return is taken over.
+	Window int
+	// Table replaces the local prioritized replay when not nil. Its priority
+	// exponent must then be set by whoever made it.
+	Table replay.Table
+	// OnEpisode, when not nil, is called after every episode.
+	OnEpisode func(Progress)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Progress is the state of a run after an episode.
+type Progress struct {
+	Episodes  int
+	Frames    int64
+	GradSteps int64
+	Elapsed   time.Duration
+	// Return and Length describe the last episode.
+	Return float64
+	Length int
+	// MeanReturn is the mean return of the last Window episodes (or of all, if fewer).
+	MeanReturn float64
+	TableSize  int
+	// Inserts and Samples count transitions inserted and sampled so far.
+	Inserts, Samples int64
+	Epsilon, Beta    float64
+	// Loss and MeanQ are exponential moving averages over gradient steps.
+	Loss, MeanQ float64
+}
+
+// SamplesPerInsert returns Samples/Inserts, the replay ratio.
+func (p Progress) SamplesPerInsert() float64 {
+	if p.Inserts == 0 {
+		return 0
+	}
+	return float64(p.Samples) / float64(p.Inserts)
+}
+
+// FramesPerSecond returns the environment frames per second of wall time.
+func (p Progress) FramesPerSecond() float64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return float64(p.Frames) / p.Elapsed.Seconds()
+}
+
+// Result is the outcome of Run.
+type Result struct {
+	Progress
+	// Solved is true when the run stopped because it reached TargetReturn.
+	Solved bool
+	// SolvedEpisodes is the number of episodes when it was solved.
+	SolvedEpisodes int
+}
+
+// Run trains in one process: one actor, the replay table and one learner, one
+// after the other in a loop, reproducibly for cfg.Seed. It returns when the run
+// is solved, when MaxFrames is reached (Result.Solved false, error nil), or with
+// ctx's error when ctx ends.
+func Run(ctx context.Context, env Env, cfg RunConfig) (Result, error) {
+	ac := cfg.Agent
+	if err := ac.Validate(); err != nil {
+		return Result{}, err
+	}
+	if cfg.Window < 1 {
+		return Result{}, fmt.Errorf("agent: Window = %d, want >= 1", cfg.Window)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
+	split := func() *rand.Rand { return rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) }
+	learner, err := NewLearner(ac, env.ObsSize(), env.NumActions(), split())
+	if err != nil {
+		return Result{}, err
+	}
+	actor, err := NewActor(env, LayerSizes(ac, env.ObsSize(), env.NumActions()), ac.NStep, ac.Gamma, split())
+	if err != nil {
+		return Result{}, err
+	}
+	if err := actor.SetParams(learner.Online().Params()); err != nil {
+		return Result{}, err
+	}
+	table := cfg.Table
+	tableRNG := split()
+	if table == nil {
+		table, err = replay.NewPrioritized(ac.ReplayCapacity, env.ObsSize(), ac.PriorityExponent, tableRNG)
+		if err != nil {
+			return Result{}, err
+		}
+	}
+	batch := replay.NewBatch(ac.BatchSize, env.ObsSize())
+
+	var (
+		p       Progress
+		returns = make([]float64, cfg.Window)
+		sum     float64
+		emaInit bool
+	)
+	start := now()
+	stop := func(err error) (Result, error) {
+		p.TableSize = table.Size()
+		p.Elapsed = now().Sub(start)
+		return Result{Progress: p}, err
+	}
+	insert := func(t replay.Transition) error {
+		_, err := table.Insert(ctx, t, learner.MaxPriority())
+		if err == nil {
+			p.Inserts++
+		}
+		return err
+	}
+	for cfg.MaxFrames <= 0 || p.Frames < cfg.MaxFrames {
+		p.Epsilon = Linear(ac.EpsStart, ac.EpsEnd, ac.EpsFrames, p.Frames)
+		ep, ended, err := actor.Step(p.Epsilon, insert)
+		if err != nil {
+			return stop(err)
+		}
+		p.Frames++
+
+		if p.Frames >= int64(ac.LearningStarts) && p.Frames%int64(ac.TrainEvery) == 0 {
+			p.Beta = Linear(ac.BetaStart, ac.BetaEnd, ac.BetaFrames, p.Frames)
+			learner.SetLearningRate(ac.LearningRate(p.Frames))
+			for k := 0; k < ac.GradSteps; k++ {
+				if err := table.Sample(ctx, batch); err != nil {
+					if errors.Is(err, replay.ErrEmpty) {
+						break
+					}
+					return stop(err)
+				}
+				p.Samples += int64(batch.Len())
+				st, err := learner.ComputeGradients(batch, p.Beta)
+				if err != nil {
+					return stop(err)
+				}
+				if _, err := learner.ApplyGradients(); err != nil {
+					return stop(err)
+				}
+				if err := table.UpdatePriorities(ctx, batch.Keys, learner.Priorities()); err != nil {
+					return stop(err)
+				}
+				if !emaInit {
+					p.Loss, p.MeanQ, emaInit = st.Loss, st.MeanQ, true
+				} else {
+					p.Loss += 0.01 * (st.Loss - p.Loss)
+					p.MeanQ += 0.01 * (st.MeanQ - p.MeanQ)
+				}
+			}
+			p.GradSteps = learner.GradSteps()
+			if err := actor.SetParams(learner.Online().Params()); err != nil {
+				return stop(err)
+			}
+		}
+
+		if !ended {
+			continue
+		}
+		slot := p.Episodes % cfg.Window
+		sum += ep.Return - returns[slot]
+		returns[slot] = ep.Return
+		p.Episodes++
+		p.Return, p.Length = ep.Return, ep.Length
+		p.MeanReturn = sum / float64(min(p.Episodes, cfg.Window))
+		p.TableSize = table.Size()
+		p.Elapsed = now().Sub(start)
+		if cfg.OnEpisode != nil {
+			cfg.OnEpisode(p)
+		}
+		if cfg.TargetReturn > 0 && p.Episodes >= cfg.Window && p.MeanReturn >= cfg.TargetReturn {
+			return Result{Progress: p, Solved: true, SolvedEpisodes: p.Episodes}, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return stop(err)
+		}
+	}
+	return stop(nil)
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The CI run: --quick must lift the mean return over 20 episodes from a random
+// policy's (about 20) to 150, and write a well-formed learning curve.
+func TestQuickRunSolvesAndWritesCurve(t *testing.T) {
+	curve := filepath.Join(t.TempDir(), "curve.csv")
+	var out, errb bytes.Buffer
+	code := run([]string{"--quick", "--seed", "1", "--curve", curve, "--report-every", "1h"}, &out, &errb)
+	t.Log(strings.TrimSpace(out.String()))
+	if code != 0 {
+		t.Fatalf("exit %d, want 0; stderr: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "dqn: solved:") {
+		t.Fatalf("no solved line in %q", out.String())
+	}
+	f, err := os.Open(curve)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rows[0], ",") != "episode,frames,wall_seconds,return,mean_return" || len(rows) < 21 {
+		t.Fatalf("curve header %v, %d rows", rows[0], len(rows))
+	}
+	prevFrames := 0
+	for i, r := range rows[1:] {
+		ep, _ := strconv.Atoi(r[0])
+		frames, _ := strconv.Atoi(r[1])
+		ret, _ := strconv.ParseFloat(r[3], 64)
+		if ep != i+1 || frames <= prevFrames || ret < 1 || ret > 500 {
+			t.Fatalf("row %d = %v", i+1, r)
+		}
+		prevFrames = frames
+	}
+	last, _ := strconv.ParseFloat(rows[len(rows)-1][4], 64)
+	if last < 150 {
+		t.Fatalf("final mean return %v, want >= 150", last)
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--lr", "-1"},
+		{"--hidden", "64,x"},
+		{"--nope"},
+		{"extra"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if !strings.Contains(errb.String(), "dqn") && !strings.Contains(errb.String(), "flag") {
+			t.Errorf("%v: stderr %q does not name the problem", args, errb.String())
+		}
+	}
+}
+
+func TestNotSolvedExitsOne(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--quick", "--frames", "300", "--report-every", "1h"}, &out, &errb); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(out.String(), "not solved: ") || !strings.Contains(out.String(), "300 frames") {
+		t.Fatalf("output %q", out.String())
+	}
+}
