@@ -2,16 +2,29 @@
 // written entirely in Go: the environment, the Q network with its forward and
 // backward passes, Adam, and the replay.
 //
+// Started on its own it is a world of one and runs every role in one process,
+// the fastest way to solve:
+//
 //	go run ./examples/dqn --seed 1                 # full run: mean return 475 over 100 episodes
 //	go run ./examples/dqn --quick                  # CI run: mean return 150 over 20 episodes
 //	go run ./examples/dqn --seed 2 --curve run.csv # also write the learning curve
 //
+// Under gearrun each rank plays the role its group names (--role, or gearrun's
+// --role): trainers own replay shards and learn, actors step environments,
+// policy workers answer actors' observations in batches; without policy
+// workers actors run the policy themselves (inline):
+//
+//	go run ./cmd/gearrun run examples/jobs/dqn.toml
+//	go run ./cmd/gearrun -np 1 ./examples/dqn --role trainer : -np 2 ./examples/dqn --role actor
+//	go run ./cmd/gearrun -np 1 ./examples/dqn --role trainer --bench 10s : -np 2 ./examples/dqn --role actor
+//
+// The first trainer's flags are the run's: it shares its configuration with
+// every other rank. --plot turns a learning curve into a PNG.
+//
 // It prints live progress (one refreshed status line on a terminal, periodic
 // lines otherwise) and exits with status 0 when the target mean return was
-// reached, 1 when the frame budget ran out first, and 2 on bad flags.
-//
-// This version runs every role in one process; package agent keeps the roles
-// apart (actor, replay, learner) so that they can run as MPMD ranks under gearrun.
+// reached (or a benchmark finished), 1 when the frame budget ran out first or
+// a rank failed, and 2 on bad flags.
 package main
 
 import (
@@ -25,12 +38,13 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/term"
 
 	"gear/examples/dqn/agent"
-	"gear/examples/dqn/cartpole"
+	"gear/examples/dqn/dist"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
@@ -44,12 +58,19 @@ type options struct {
 	curve        string
 	report       time.Duration
 	cfg          agent.Config
+
+	// Distributed runs (under gearrun).
+	role string
+	dist dist.Config
+
+	// --plot mode.
+	plot, plotOut string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("dqn", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	o := &options{}
+	o := &options{dist: dist.DefaultConfig()}
 	fs.Uint64Var(&o.seed, "seed", 1, "random seed (weights, exploration, resets, replay)")
 	fs.Int64Var(&o.frames, "frames", 0, "stop after this many environment frames (default 300000, 50000 with --quick)")
 	fs.Float64Var(&o.targetReturn, "target-return", 0, "stop when the mean return over the window reaches this (default 475, 150 with --quick)")
@@ -63,7 +84,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	lr := fs.Float64("lr", 0, "Adam learning rate")
 	lrEnd := fs.Float64("lr-end", -1, "final learning rate of a linear decay (0: constant)")
 	lrFrames := fs.Int("lr-frames", 0, "frames over which the learning rate decays")
-	batch := fs.Int("batch", 0, "batch size")
+	batch := fs.Int("batch", 0, "batch size (with several trainers: the global batch)")
 	nstep := fs.Int("nstep", 0, "n-step return length")
 	targetUpdate := fs.Int("target-update", -1, "gradient steps between target copies (0: soft updates with --tau)")
 	tau := fs.Float64("tau", 0, "soft target update rate")
@@ -71,15 +92,38 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	epsEnd := fs.Float64("eps-end", -1, "final epsilon")
 	trainEvery := fs.Int("train-every", 0, "frames between training rounds")
 	gradSteps := fs.Int("grad-steps", 0, "gradient steps per training round")
-	replayCap := fs.Int("replay", 0, "replay capacity")
+	replayCap := fs.Int("replay", 0, "replay capacity (per trainer shard)")
 	learningStarts := fs.Int("learning-starts", -1, "frames before the first gradient step")
 	alpha := fs.Float64("alpha", -1, "priority exponent (0: uniform replay)")
 	betaFrames := fs.Int("beta-frames", 0, "frames over which the importance exponent anneals to 1")
+
+	// Distributed runs; the first trainer's values are the run's.
+	d := &o.dist
+	fs.StringVar(&o.role, "role", "", "this rank's role under gearrun: trainer, actor or policy (default: gearrun's --role)")
+	fs.IntVar(&d.ParamEvery, "param-every", d.ParamEvery, "actors and policy workers take new parameters at most every K steps")
+	fs.IntVar(&d.PublishEvery, "publish-every", d.PublishEvery, "gradient steps between published parameter versions")
+	fs.Float64Var(&d.SamplesPerInsert, "spi", 0, "rate limiter: samples per inserted frame (default batch*grad-steps/train-every)")
+	fs.Float64Var(&d.ErrorBuffer, "error-buffer", 0, "rate limiter: how far, in samples, the ratio may stray (default 100*spi)")
+	fs.IntVar(&d.Backlog, "backlog", d.Backlog, "commits an actor writing into its trainer's shard may have ahead of admission")
+	fs.StringVar(&d.Samples, "samples", d.Samples, "how actors hand over transitions: auto (into the shard on the trainer's host) or stream")
+	fs.IntVar(&d.Chunk, "chunk", d.Chunk, "transitions per sample-stream record")
+	fs.BoolVar(&d.TCP, "tcp", false, "use TCP for every stream, as across hosts")
+	fs.IntVar(&d.InferBatch, "infer-batch", 0, "policy workers: largest batch (default: one request per actor served)")
+	fs.DurationVar(&d.InferDelay, "infer-delay", d.InferDelay, "policy workers: longest wait of a request for its batch")
+	fs.DurationVar(&d.Bench, "bench", 0, "measure environment frames/s for this long instead of learning to a target")
+	fs.DurationVar(&d.BenchWarmup, "bench-warmup", d.BenchWarmup, "time before the --bench measurement starts")
+
+	// --plot mode.
+	fs.StringVar(&o.plot, "plot", "", "draw the learning curve of this CSV (written by --curve) as a PNG, and exit")
+	fs.StringVar(&o.plotOut, "out", "", "the PNG --plot writes (default: the CSV's name with .png)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("dqn: unexpected arguments %q", fs.Args())
+	}
+	if o.plot != "" {
+		return o, nil
 	}
 	if o.quick {
 		o.cfg = agent.QuickConfig()
@@ -131,6 +175,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("dqn: %w", err)
 	}
+	d.Agent, d.Seed, d.MaxFrames, d.TargetReturn, d.Window = *c, o.seed, o.frames, o.targetReturn, o.window
+	if d.Bench > 0 {
+		d.MaxFrames, d.TargetReturn = 0, 0
+	}
+	if err := d.Validate(1); err != nil {
+		return nil, fmt.Errorf("dqn: %w", err)
+	}
 	return o, nil
 }
 
@@ -150,72 +201,63 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	if o.plot != "" {
+		return plotCurve(o, stdout, stderr)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	return runWorld(ctx, o, stdout, stderr)
+}
 
-	var curve *csv.Writer
-	if o.curve != "" {
-		f, err := os.Create(o.curve)
-		if err != nil {
-			fmt.Fprintf(stderr, "dqn: %v\n", err)
-			return 2
-		}
-		defer f.Close()
-		curve = csv.NewWriter(f)
-		_ = curve.Write([]string{"episode", "frames", "wall_seconds", "return", "mean_return"})
-	}
+// curveWriter writes the learning curve: one CSV row per episode.
+type curveWriter struct {
+	f *os.File
+	w *csv.Writer
+}
 
-	tty := false
-	if f, ok := stdout.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
+func openCurve(path string) (*curveWriter, error) {
+	if path == "" {
+		return nil, nil
 	}
-	c := o.cfg
-	fmt.Fprintf(stdout, "dqn: CartPole-v1, seed %d, network %v, batch %d, lr %g, %d-step, target every %d, alpha %g, until mean%d >= %g or %d frames\n",
-		o.seed, agent.LayerSizes(c, cartpole.ObsSize, cartpole.NumActions), c.BatchSize, c.LR, c.NStep, c.TargetUpdate,
-		c.PriorityExponent, o.window, o.targetReturn, o.frames)
-
-	status := newStatus(stdout, tty, o.report)
-	res, err := agent.Run(ctx, cartpole.New(), agent.RunConfig{
-		Agent:        c,
-		Seed:         o.seed,
-		MaxFrames:    o.frames,
-		TargetReturn: o.targetReturn,
-		Window:       o.window,
-		OnEpisode: func(p agent.Progress) {
-			if curve != nil {
-				_ = curve.Write([]string{
-					strconv.Itoa(p.Episodes), strconv.FormatInt(p.Frames, 10),
-					strconv.FormatFloat(p.Elapsed.Seconds(), 'f', 3, 64),
-					strconv.FormatFloat(p.Return, 'f', -1, 64), strconv.FormatFloat(p.MeanReturn, 'f', 2, 64),
-				})
-			}
-			status.update(p)
-		},
-	})
-	status.finish()
-	if curve != nil {
-		curve.Flush()
-		if err := curve.Error(); err != nil {
-			fmt.Fprintf(stderr, "dqn: curve: %v\n", err)
-		}
-	}
-	p := res.Progress
-	gps := 0.0
-	if p.Elapsed > 0 {
-		gps = float64(p.GradSteps) / p.Elapsed.Seconds()
-	}
-	summary := fmt.Sprintf("%d episodes, %d frames, %d gradient steps in %.1fs, %.1fs of CPU (%.0f frames/s, %.0f gradient steps/s), mean%d %.1f",
-		p.Episodes, p.Frames, p.GradSteps, p.Elapsed.Seconds(), cpuTime().Seconds(), p.FramesPerSecond(), gps, o.window, p.MeanReturn)
+	f, err := os.Create(path)
 	if err != nil {
-		fmt.Fprintf(stderr, "dqn: stopped after %s: %v\n", summary, err)
-		return 1
+		return nil, fmt.Errorf("dqn: %w", err)
 	}
-	if res.Solved {
-		fmt.Fprintf(stdout, "dqn: solved: %s\n", summary)
-		return 0
+	c := &curveWriter{f: f, w: csv.NewWriter(f)}
+	_ = c.w.Write([]string{"episode", "frames", "wall_seconds", "return", "mean_return"})
+	return c, nil
+}
+
+func (c *curveWriter) add(p agent.Progress) {
+	if c == nil {
+		return
 	}
-	fmt.Fprintf(stdout, "dqn: not solved: %s\n", summary)
-	return 1
+	_ = c.w.Write([]string{
+		strconv.Itoa(p.Episodes), strconv.FormatInt(p.Frames, 10),
+		strconv.FormatFloat(p.Elapsed.Seconds(), 'f', 3, 64),
+		strconv.FormatFloat(p.Return, 'f', -1, 64), strconv.FormatFloat(p.MeanReturn, 'f', 2, 64),
+	})
+}
+
+func (c *curveWriter) close() error {
+	if c == nil {
+		return nil
+	}
+	c.w.Flush()
+	err := c.w.Error()
+	if cerr := c.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("dqn: curve: %w", err)
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // statusLine shows progress: one line rewritten in place on a terminal, a new
@@ -235,13 +277,14 @@ func newStatus(w io.Writer, tty bool, interval time.Duration) *statusLine {
 	return &statusLine{w: w, tty: tty, interval: interval, last: time.Now()}
 }
 
-func (s *statusLine) update(p agent.Progress) {
+// update shows p, with extra appended, if the interval has passed.
+func (s *statusLine) update(p agent.Progress, extra string) {
 	if time.Since(s.last) < s.interval {
 		return
 	}
 	s.last = time.Now()
-	line := fmt.Sprintf("episode %5d  frames %7d  mean %6.1f  last %4.0f  eps %.3f  %5.0f frames/s  table %6d  samples/insert %5.1f  loss %.4f  Q %6.2f",
-		p.Episodes, p.Frames, p.MeanReturn, p.Return, p.Epsilon, p.FramesPerSecond(), p.TableSize, p.SamplesPerInsert(), p.Loss, p.MeanQ)
+	line := fmt.Sprintf("episode %5d  frames %7d  mean %6.1f  last %4.0f  eps %.3f  %5.0f frames/s  table %6d  samples/insert %5.1f  loss %.4f  Q %6.2f%s",
+		p.Episodes, p.Frames, p.MeanReturn, p.Return, p.Epsilon, p.FramesPerSecond(), p.TableSize, p.SamplesPerInsert(), p.Loss, p.MeanQ, extra)
 	if s.tty {
 		fmt.Fprintf(s.w, "\r\033[K%s", line)
 		s.shown = true

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/csv"
+	"image/png"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,7 +13,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) {
+		if binDir != "" {
+			os.RemoveAll(binDir)
+		}
+	}))
+}
 
 // The CI run: --quick must lift the mean return over 20 episodes from a random
 // policy's (about 20) to 150, and write a well-formed learning curve.
@@ -53,6 +60,43 @@ func TestQuickRunSolvesAndWritesCurve(t *testing.T) {
 	if last < 150 {
 		t.Fatalf("final mean return %v, want >= 150", last)
 	}
+
+	// --plot draws it.
+	out.Reset()
+	pngPath := filepath.Join(t.TempDir(), "curve.png")
+	if code := run([]string{"--plot", curve, "--out", pngPath}, &out, &errb); code != 0 {
+		t.Fatalf("--plot: exit %d: %s", code, errb.String())
+	}
+	f2, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	img, err := png.Decode(f2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := img.Bounds(); b.Dx() != 960 || b.Dy() != 560 {
+		t.Fatalf("plot of %v", b)
+	}
+	if !strings.Contains(out.String(), "final mean") {
+		t.Fatalf("--plot said %q", out.String())
+	}
+}
+
+func TestPlotErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.csv")
+	os.WriteFile(bad, []byte("episode,frames\n1,2\n"), 0o644)
+	var out, errb bytes.Buffer
+	for _, path := range []string{bad, filepath.Join(dir, "missing.csv")} {
+		if code := run([]string{"--plot", path}, &out, &errb); code != 1 {
+			t.Errorf("--plot %s: exit %d, want 1", path, code)
+		}
+	}
+	if !strings.Contains(errb.String(), "want a header") || !strings.Contains(errb.String(), "missing.csv") {
+		t.Errorf("stderr %q", errb.String())
+	}
 }
 
 func TestBadFlags(t *testing.T) {
@@ -61,6 +105,9 @@ func TestBadFlags(t *testing.T) {
 		{"--hidden", "64,x"},
 		{"--nope"},
 		{"extra"},
+		{"--role", "trainer"}, // a world of one runs every role itself
+		{"--samples", "pigeon"},
+		{"--backlog", "0"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 2 {

@@ -67,16 +67,34 @@ func (a *Actor) Act(obs []float32, eps float64) int {
 	return Argmax(a.policy.Forward(obs, 1))
 }
 
-// Step takes one environment step (starting an episode first when none runs),
-// passes each completed transition to emit (which must copy what it keeps), and
-// returns the episode when this step ended it.
+// Step takes one environment step with the actor's own ε-greedy policy:
+// StepAction(Act(Observe(), eps), emit).
 func (a *Actor) Step(eps float64, emit func(replay.Transition) error) (ep Episode, ended bool, err error) {
+	return a.StepAction(a.Act(a.Observe(), eps), emit)
+}
+
+// Observe returns the observation the next action is taken from, starting an
+// episode first when none runs. The slice belongs to the actor: read it before
+// the next StepAction.
+func (a *Actor) Observe() []float32 {
 	if !a.running {
 		a.env.Reset(a.rng, a.obs)
 		a.nstep.Reset()
 		a.ret, a.length, a.running = 0, 0, true
 	}
-	action := a.Act(a.obs, eps)
+	return a.obs
+}
+
+// StepAction takes action (chosen for Observe's observation, by this actor's
+// policy or by a policy worker) in the environment, passes each completed
+// transition to emit (which must copy what it keeps), and returns the episode
+// when this step ended it. Every step becomes the first step of exactly one
+// transition, and transitions are emitted in the order of their first steps.
+func (a *Actor) StepAction(action int, emit func(replay.Transition) error) (ep Episode, ended bool, err error) {
+	if action < 0 || action >= a.env.NumActions() {
+		return Episode{}, false, fmt.Errorf("agent: action %d, want [0, %d)", action, a.env.NumActions())
+	}
+	a.Observe()
 	r, term, trunc, err := a.env.Step(action, a.next)
 	if err != nil {
 		a.running = false

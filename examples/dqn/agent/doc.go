@@ -1,7 +1,7 @@
 // Package agent is a Double DQN learner (van Hasselt et al., 2016) with a target
 // network, prioritized replay (Schaul et al., 2016) and optional n-step returns,
 // split along the worker roles of SRL so that the same pieces run in one process
-// now and as separate ranks later:
+// (Run) and as separate ranks (package dist):
 //
 //   - an Actor steps one environment with an ε-greedy policy and turns its steps
 //     into n-step transitions (bootstrapping through truncation, not through

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -321,5 +322,45 @@ func TestSchedules(t *testing.T) {
 	}
 	if got := c.LearningRate(500); got != 1e-4 {
 		t.Errorf("LearningRate(500) = %v, want 1e-4", got)
+	}
+}
+
+// StepAction takes actions chosen elsewhere (a policy worker): the same
+// actions give the same episode as Step, and an action out of range is an
+// error.
+func TestStepActionMatchesStep(t *testing.T) {
+	sizes := []int{4, 8, 2}
+	newActor := func() *Actor {
+		a, err := NewActor(cartpole.New(), sizes, 3, 0.99, rand.New(rand.NewPCG(5, 6)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a, b := newActor(), newActor()
+	var ta, tb []replay.Transition
+	keep := func(dst *[]replay.Transition) func(replay.Transition) error {
+		return func(tr replay.Transition) error {
+			tr.Obs, tr.NextObs = append([]float32(nil), tr.Obs...), append([]float32(nil), tr.NextObs...)
+			*dst = append(*dst, tr)
+			return nil
+		}
+	}
+	for {
+		epA, endA, errA := a.Step(0.3, keep(&ta))
+		action := b.Act(b.Observe(), 0.3)
+		epB, endB, errB := b.StepAction(action, keep(&tb))
+		if errA != nil || errB != nil || endA != endB || epA != epB {
+			t.Fatalf("Step %+v %v %v, StepAction %+v %v %v", epA, endA, errA, epB, endB, errB)
+		}
+		if endA {
+			break
+		}
+	}
+	if fmt.Sprint(ta) != fmt.Sprint(tb) || len(ta) == 0 {
+		t.Fatalf("transitions differ:\n%v\n%v", ta, tb)
+	}
+	if _, _, err := a.StepAction(2, keep(&ta)); err == nil || !strings.Contains(err.Error(), "action 2") {
+		t.Fatalf("action 2: %v", err)
 	}
 }

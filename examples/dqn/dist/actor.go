@@ -1,0 +1,282 @@
+package dist
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"gear/examples/dqn/agent"
+	"gear/examples/dqn/replay"
+	"gear/roles"
+	"gear/store"
+)
+
+// actor runs an actor: it steps its environment, takes actions from its own
+// copy of the policy (inline) or from a policy worker, and hands every n-step
+// transition, with the parameter version that chose its action, to its
+// trainer's table: written straight into the trainer's shard when on its
+// host, pushed through the sample stream otherwise. Finished episodes go to
+// the publishing trainer.
+func (r *rankRun) actor(ctx context.Context) error {
+	cfg := r.cfg
+	a := cfg.Agent
+	env := r.hooks.Env()
+	obsSize, numActions := env.ObsSize(), env.NumActions()
+	rng := r.rng(2)
+	act, err := agent.NewActor(env, agent.LayerSizes(a, obsSize, numActions), a.NStep, a.Gamma, rng)
+	if err != nil {
+		return err
+	}
+	index := slices.Index(r.plan.Actors, r.me)
+	trainer, _ := r.plan.TrainerOf(r.me)
+
+	// The trainer's status: pacing, max priority, exploration clock, stop.
+	statusR, err := roles.NewReader(ctx, r.b, statusName(trainer), 1, r.opts...)
+	if err != nil {
+		return err
+	}
+	defer statusR.Close()
+	var s status
+	held := uint64(0) // status version decoded
+	takeStatus := func() error {
+		if v := statusR.Version(); v != held {
+			if s, err = decodeStatus(statusR.Params()); err != nil {
+				return err
+			}
+			held = v
+		}
+		return nil
+	}
+	if _, err := statusR.Wait(ctx, 1); err != nil {
+		return r.actorEnd(err)
+	}
+	if err := takeStatus(); err != nil {
+		return err
+	}
+
+	// The policy: parameters (inline) or a policy worker.
+	var theta *roles.Reader
+	var inf *roles.InferenceClient
+	policy, viaWorker := r.plan.PolicyOf(r.me)
+	mode := "inline inference"
+	if viaWorker {
+		if inf, err = roles.DialInference(ctx, r.b, inferName, policy, r.opts...); err != nil {
+			return r.actorEnd(err)
+		}
+		defer inf.Close()
+		mode = r.who(policy)
+	} else {
+		if theta, err = roles.NewReader(ctx, r.b, thetaName, cfg.ParamEvery, r.opts...); err != nil {
+			return err
+		}
+		defer theta.Close()
+		if _, err := theta.Wait(ctx, 1); err != nil {
+			return r.actorEnd(err)
+		}
+		if err := act.SetParams(theta.Params()); err != nil {
+			return err
+		}
+	}
+
+	// Where transitions go.
+	blob, err := r.b.Wait(ctx, keyShardPrefix+fmt.Sprint(trainer))
+	if err != nil {
+		return fmt.Errorf("dist: actor: wait for the shard of %s: %w", r.who(trainer), err)
+	}
+	var si shardInfo
+	if err := json.Unmarshal(blob, &si); err != nil {
+		return fmt.Errorf("dist: actor: shard of %s: %w", r.who(trainer), err)
+	}
+	var shard *store.Shard
+	var stream *roles.SampleSender
+	var chunk *chunkWriter
+	path := "straight into shard " + si.Name
+	if cfg.Samples == SamplesAuto && !cfg.TCP && si.Host == r.b.Host() {
+		if shard, err = store.Attach(ctx, si.Name); err != nil {
+			return fmt.Errorf("dist: actor: %w", err)
+		}
+		defer shard.Close()
+		if err := checkColumns(shard, obsSize); err != nil {
+			return err
+		}
+	} else {
+		if stream, err = roles.DialSamples(ctx, r.b, transitionsName, trainer, r.opts...); err != nil {
+			return r.actorEnd(err)
+		}
+		defer stream.Close()
+		chunk = newChunkWriter(obsSize, cfg.Chunk)
+		path = fmt.Sprintf("through the sample stream (%s)", stream.Transport())
+	}
+	episodes, err := roles.DialSamples(ctx, r.b, episodesName, r.plan.Publisher, r.opts...)
+	if err != nil {
+		return r.actorEnd(err)
+	}
+	defer episodes.Close()
+	r.hooks.Logf("actor %d: rank %d, pid %d, %s, transitions to %s %s", index, r.me, pid, mode, r.who(trainer), path)
+
+	// Each step becomes the first step of one transition, emitted in order:
+	// the versions of the steps wait in a queue for their transitions.
+	versions := &versionQueue{buf: make([]uint64, a.NStep+1)}
+	key := uint64(index+1) << 40
+	backlog := uint64(cfg.Backlog * max(1, len(r.actorsOf(trainer))))
+	var lastSeq uint64
+	committed := false
+	emit := func(t replay.Transition) error {
+		v := versions.pop()
+		if shard == nil {
+			chunk.add(key, v, t)
+			key++
+			if chunk.full() {
+				return stream.Push(ctx, roles.Record{Version: chunk.newest, Data: chunk.take()})
+			}
+			return nil
+		}
+		p, err := shard.Allocate(ctx)
+		if err != nil {
+			return err
+		}
+		if err := writeRow(p, t, v); err != nil {
+			_ = p.Abort()
+			return err
+		}
+		ref, err := p.CommitKey(key, s.MaxPriority)
+		if err != nil {
+			return err
+		}
+		key++
+		lastSeq, committed = ref.Seq, true
+		return nil
+	}
+
+	obsBytes := make([]byte, 4*obsSize)
+	actBytes := make([]byte, 4)
+	var epRecord []byte
+	version := uint64(1)
+	if theta != nil {
+		version = theta.Version()
+	}
+	for step := int64(0); ; step++ {
+		if step%int64(cfg.ParamEvery) == 0 {
+			if theta != nil {
+				fresh, err := theta.MaybeRefresh(ctx, step)
+				if err != nil {
+					return r.actorEnd(err)
+				}
+				if fresh {
+					if err := act.SetParams(theta.Params()); err != nil {
+						return err
+					}
+					version = theta.Version()
+				}
+			}
+			if _, err := statusR.Latest(ctx); err != nil {
+				return r.actorEnd(err)
+			}
+			if err := takeStatus(); err != nil {
+				return err
+			}
+		}
+		// Pacing: wait while this shard's unadmitted commits exceed the backlog.
+		for shard != nil && committed && lastSeq+1 > s.Admitted+backlog && !s.Stop {
+			if _, err := statusR.Wait(ctx, statusR.Version()+1); err != nil {
+				return r.actorEnd(err)
+			}
+			if err := takeStatus(); err != nil {
+				return err
+			}
+		}
+		if s.Stop {
+			return nil
+		}
+		eps := r.epsilon(s.Frames)
+		obs := act.Observe()
+		var action int
+		switch {
+		case inf == nil:
+			action = act.Act(obs, eps)
+		case eps > 0 && rng.Float64() < eps:
+			action = rng.IntN(numActions)
+		default:
+			for i, v := range obs {
+				binary.LittleEndian.PutUint32(obsBytes[4*i:], math.Float32bits(v))
+			}
+			if version, err = inf.Infer(ctx, obsBytes, actBytes); err != nil {
+				return r.actorEnd(err)
+			}
+			action = int(int32(binary.LittleEndian.Uint32(actBytes)))
+		}
+		versions.push(version)
+		ep, ended, err := act.StepAction(action, emit)
+		if err != nil {
+			return r.actorEnd(err)
+		}
+		if !ended {
+			continue
+		}
+		if chunk != nil && chunk.n > 0 {
+			if err := stream.Push(ctx, roles.Record{Version: chunk.newest, Data: chunk.take()}); err != nil {
+				return r.actorEnd(err)
+			}
+		}
+		epRecord = encodeEpisode(epRecord, ep)
+		if err := episodes.Push(ctx, roles.Record{Version: version, Data: epRecord}); err != nil {
+			return r.actorEnd(err)
+		}
+	}
+}
+
+// actorEnd maps the error that ended an actor's loop: the trainers or its
+// policy worker closing their streams, or the trainer closing its shard, end
+// the run cleanly; anything else is an error.
+func (r *rankRun) actorEnd(err error) error {
+	if err == nil || endedByPeer(err) || errors.Is(err, store.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// checkColumns checks that an attached shard has this program's rows.
+func checkColumns(s *store.Shard, obsSize int) error {
+	got, want := s.Spec().Columns, Columns(obsSize)
+	if len(got) != len(want) {
+		return fmt.Errorf("dist: shard %s has %d columns, want %d", s.Name(), len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.Name != w.Name || g.DType != w.DType || g.Length != w.Length || !slices.Equal(g.Shape, w.Shape) {
+			return fmt.Errorf("dist: shard %s: column %d is %q %s, want %q %s", s.Name(), i, g.Name, g.Describe(), w.Name, w.Describe())
+		}
+	}
+	return nil
+}
+
+// versionQueue is a FIFO of parameter versions, one per step whose transition
+// is not emitted yet.
+type versionQueue struct {
+	buf     []uint64
+	head, n int
+}
+
+func (q *versionQueue) push(v uint64) {
+	if q.n == len(q.buf) {
+		grown := make([]uint64, 2*len(q.buf)+1)
+		for i := range q.n {
+			grown[i] = q.buf[(q.head+i)%len(q.buf)]
+		}
+		q.buf, q.head = grown, 0
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = v
+	q.n++
+}
+
+// pop removes the oldest version; the queue must not be empty.
+func (q *versionQueue) pop() uint64 {
+	v := q.buf[q.head]
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	return v
+}

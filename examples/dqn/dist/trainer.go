@@ -1,0 +1,536 @@
+package dist
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"gear/collective"
+	"gear/examples/dqn/agent"
+	"gear/examples/dqn/replay"
+	"gear/rank"
+	"gear/roles"
+	"gear/sample"
+	"gear/store"
+)
+
+// board is the trainer's state that its goroutines share: the training loop
+// writes the learner's side, the episode stream the episodes', and the
+// status publisher reads both.
+type board struct {
+	mu      sync.Mutex
+	p       Progress
+	returns []float64 // ring of the last Window returns
+	sum     float64
+	target  float64
+	solved  bool
+	solvedN int
+	stop    bool
+}
+
+// episode records a finished episode and reports the progress and whether
+// the run is solved now.
+// frames and elapsed update the run's counts, which the training loop
+// updates only once learning has started.
+func (bd *board) episode(ep agent.Episode, frames int64, elapsed time.Duration) (Progress, bool) {
+	bd.mu.Lock()
+	defer bd.mu.Unlock()
+	bd.p.Frames, bd.p.Elapsed = max(bd.p.Frames, frames), max(bd.p.Elapsed, elapsed)
+	w := len(bd.returns)
+	slot := bd.p.Episodes % w
+	bd.sum += ep.Return - bd.returns[slot]
+	bd.returns[slot] = ep.Return
+	bd.p.Episodes++
+	bd.p.Return, bd.p.Length = ep.Return, ep.Length
+	n := float64(min(bd.p.Episodes, w))
+	bd.p.MeanReturn = bd.sum / n
+	if !bd.solved && bd.target > 0 && bd.p.Episodes >= w && bd.p.MeanReturn >= bd.target {
+		bd.solved, bd.solvedN = true, bd.p.Episodes
+	}
+	return bd.p, bd.solved
+}
+
+func (bd *board) snapshot() Progress {
+	bd.mu.Lock()
+	defer bd.mu.Unlock()
+	return bd.p
+}
+
+// trainer runs a trainer: it owns a replay shard and its table, learns from
+// it, averages gradients with the other trainers, publishes parameters (the
+// first trainer) and its status, and ends the run.
+func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
+	cfg := r.cfg
+	a := cfg.Agent
+	env := r.hooks.Env()
+	obsSize, numActions := env.ObsSize(), env.NumActions()
+	nt := len(r.plan.Trainers)
+	publisher := r.me == r.plan.Publisher
+	myActors := r.actorsOf(r.me)
+
+	// Each trainer learns from batches of BatchSize/nt; equal seeds give every
+	// trainer the same initial network.
+	la := a
+	la.BatchSize = a.BatchSize / nt
+	seed := cfg.Seed
+	learner, err := agent.NewLearner(la, obsSize, numActions, randFor(seed, 1))
+	if err != nil {
+		return err
+	}
+
+	// The shard and its table. Inserts count frames: with nt trainers each
+	// table sees 1/nt of the frames and gives 1/nt of the samples, so the
+	// ratio stays; the minimum size is split likewise.
+	slack := max(1024, 2*len(myActors)*(cfg.Backlog+cfg.Chunk))
+	name := rank.SegmentName(jobID(r.b), fmt.Sprintf("dqn.%s.%d", cfg.Table, r.me))
+	shard, err := store.Create(name, shardSpec(obsSize, a.ReplayCapacity, slack))
+	if err != nil {
+		return fmt.Errorf("dist: trainer: %w", err)
+	}
+	defer shard.Close()
+	minSize := int64(max(1, (a.LearningStarts+nt-1)/nt, la.BatchSize))
+	limit := sample.MinSize(minSize)
+	if cfg.Bench == 0 {
+		if limit, err = sample.SampleToInsertRatio(cfg.spi(), minSize, cfg.errorBuffer()); err != nil {
+			return fmt.Errorf("dist: trainer: %w", err)
+		}
+	}
+	sampler, err := sample.NewPrioritized(a.PriorityExponent)
+	if err != nil {
+		return fmt.Errorf("dist: trainer: %w", err)
+	}
+	st, err := sample.NewShardTable(shard, sample.Config{
+		Name: cfg.Table, MaxSize: a.ReplayCapacity, Sampler: sampler, Remover: sample.NewFIFO(),
+		RateLimit: limit, Seed: seed ^ uint64(r.me)<<32,
+	}, sample.WithPollInterval(500*time.Microsecond))
+	if err != nil {
+		return fmt.Errorf("dist: trainer: %w", err)
+	}
+	defer st.Close()
+	info, _ := json.Marshal(shardInfo{Name: name, Host: r.b.Host()})
+	if err := r.b.Set(ctx, keyShardPrefix+fmt.Sprint(r.me), info); err != nil {
+		return fmt.Errorf("dist: trainer: publish shard: %w", err)
+	}
+
+	// Streams: status (every trainer), parameters and episodes (the
+	// publisher), and the sample stream for actors that cannot write into the
+	// shard (another host, or Samples = "stream").
+	statusPub, err := roles.NewPublisher(ctx, r.b, statusName(r.me), statusLen, r.opts...)
+	if err != nil {
+		return err
+	}
+	defer statusPub.Close()
+	var theta *roles.Publisher
+	var episodes *roles.SampleReceiver
+	if publisher {
+		if theta, err = roles.NewPublisher(ctx, r.b, thetaName, len(learner.Online().Params()), r.opts...); err != nil {
+			return err
+		}
+		defer theta.Close()
+		if err := theta.Publish(ctx, 1, learner.Online().Params()); err != nil {
+			return err
+		}
+		if episodes, err = roles.NewSampleReceiver(ctx, r.b, episodesName, roles.SampleConfig{
+			MaxRecordBytes: episodeBytes, Senders: max(16, len(r.plan.Actors)),
+		}, r.opts...); err != nil {
+			return err
+		}
+		defer episodes.Close()
+	}
+	// Each sender gets the smallest queue (two records): the transitions
+	// waiting in it are behind the newest parameters.
+	recordBytes := chunkHeader + cfg.Chunk*transitionBytes(obsSize)
+	transitions, err := roles.NewSampleReceiver(ctx, r.b, transitionsName, roles.SampleConfig{
+		MaxRecordBytes: recordBytes, QueueBytes: 2 * align64(16+recordBytes), Senders: max(16, len(myActors)),
+	}, r.opts...)
+	if err != nil {
+		return err
+	}
+	defer transitions.Close()
+
+	if publisher && r.hooks.OnStart != nil {
+		if err := r.hooks.OnStart(Start{Config: cfg, Trainers: nt, Actors: len(r.plan.Actors), Policies: len(r.plan.Policies)}); err != nil {
+			return err
+		}
+	}
+	start := r.hooks.Now()
+	bd := &board{returns: make([]float64, cfg.Window), target: cfg.TargetReturn}
+	bd.p.Actors = len(r.plan.Actors)
+	var maxPrio atomic.Uint64 // float64 bits: the priority of new transitions
+	maxPrio.Store(math.Float64bits(learner.MaxPriority()))
+
+	// stopNow ends the sampling wait of the training loop when the run is over.
+	runCtx, stopNow := context.WithCancel(ctx)
+	defer stopNow()
+	g, gctx := errgroup.WithContext(runCtx)
+	// The status publisher.
+	statusDone := make(chan struct{})
+	var statusVersion atomic.Uint64
+	var thetaVersion atomic.Uint64
+	thetaVersion.Store(1)
+	var gradSteps atomic.Uint64
+	var frames atomic.Uint64
+	vec := make([]float32, statusLen)
+	// publishStatus is called by the status goroutine, and before and after it.
+	publishStatus := func(stop bool) error {
+		s := status{
+			Admitted: st.Info().Admitted, Frames: frames.Load(), GradSteps: gradSteps.Load(),
+			Theta: thetaVersion.Load(), MaxPriority: math.Float64frombits(maxPrio.Load()), Stop: stop,
+		}
+		s.encode(vec)
+		return statusPub.Publish(ctx, statusVersion.Add(1), vec)
+	}
+	if err := publishStatus(false); err != nil {
+		return err
+	}
+	g.Go(func() error {
+		defer close(statusDone)
+		step := uint64(max(1, cfg.Backlog/4))
+		last := uint64(0)
+		for gctx.Err() == nil {
+			wctx, cancel := context.WithTimeout(gctx, time.Millisecond)
+			_ = st.WaitAdmitted(wctx, last+step)
+			cancel()
+			if gctx.Err() != nil {
+				return nil
+			}
+			last = st.Info().Admitted
+			if err := publishStatus(false); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// The sample stream: insert what remote actors push, waiting for
+	// admission, which holds the stream and its actors back.
+	g.Go(func() error {
+		err := transitions.Serve(gctx, roles.SinkFunc(func(ctx context.Context, rec roles.Record) error {
+			return decodeChunk(rec.Data, obsSize, func(t chunkTransition) error {
+				_, err := st.Insert(ctx, t.Key, math.Float64frombits(maxPrio.Load()), func(p store.Pending) error {
+					return writeRow(p, t.Transition, t.Version)
+				})
+				return err
+			})
+		}))
+		if gctx.Err() != nil || errors.Is(err, sample.ErrClosed) {
+			return nil
+		}
+		return err
+	})
+	// The episode stream.
+	if publisher {
+		g.Go(func() error {
+			for {
+				rec, err := episodes.Recv(gctx)
+				if err != nil {
+					if gctx.Err() != nil || errors.Is(err, roles.ErrClosed) {
+						return nil
+					}
+					return err
+				}
+				ep, err := decodeEpisode(rec.Data)
+				if err != nil {
+					return err
+				}
+				info := st.Info()
+				p, solved := bd.episode(ep, max(int64(frames.Load()), info.Inserts*int64(nt)), r.hooks.Now().Sub(start))
+				if r.hooks.OnEpisode != nil {
+					r.hooks.OnEpisode(p)
+				}
+				if solved {
+					stopNow()
+				}
+			}
+		})
+	}
+
+	r.hooks.Logf("trainer %d of %d: rank %d, pid %d, shard %s (%d rows), %s (%s)",
+		r.trainerIndex(r.me), nt, r.me, pid, name, shard.Capacity(), plural(len(myActors), "actor"), r.inferenceMode())
+	err = r.train(runCtx, trainLoop{
+		learner: learner, rp: newShardReplay(st, la.BatchSize), st: st, shard: shard, bd: bd, theta: theta,
+		thetaVersion: &thetaVersion, gradSteps: &gradSteps, frames: &frames, maxPrio: &maxPrio,
+		minSize: minSize, start: start, res: res,
+	})
+	// The run is over: tell the actors, then close the streams (deferred).
+	stopNow()
+	gerr := g.Wait()
+	if serr := publishStatus(true); err == nil && serr != nil && !errors.Is(serr, roles.ErrClosed) {
+		err = serr
+	}
+	if err == nil {
+		err = gerr
+	}
+	res.Progress = bd.snapshot()
+	res.Progress.Elapsed = r.hooks.Now().Sub(start)
+	res.Solved, res.SolvedEpisodes = bd.solved, bd.solvedN
+	return err
+}
+
+// inferenceMode says how actors choose their actions.
+func (r *rankRun) inferenceMode() string {
+	if r.plan.Inline() {
+		return "inline inference"
+	}
+	return plural(len(r.plan.Policies), "policy worker")
+}
+
+// plural says "1 actor", "2 actors".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// trainLoop is the training loop's state.
+type trainLoop struct {
+	learner      *agent.Learner
+	rp           *shardReplay
+	st           *sample.ShardTable
+	shard        *store.Shard
+	bd           *board
+	theta        *roles.Publisher
+	thetaVersion *atomic.Uint64
+	gradSteps    *atomic.Uint64
+	frames       *atomic.Uint64
+	maxPrio      *atomic.Uint64
+	minSize      int64
+	start        time.Time
+	res          *Result
+}
+
+// train runs gradient steps until the run is over: solved (ctx is then
+// canceled by the episode stream), out of frames, or done measuring. With
+// several trainers, the first decides and the others learn it through the
+// gradient all-reduce, which carries a stop flag and the frame counts.
+func (r *rankRun) train(ctx context.Context, t trainLoop) error {
+	cfg := r.cfg
+	a := cfg.Agent
+	l := t.learner
+	batch := replay.NewBatch(a.BatchSize/len(r.plan.Trainers), r.hooks.Env().ObsSize())
+	grads := l.Online().Grads()
+	var reduce []float32 // grads, then the stop flag and the frames inserted here
+	if r.comm != nil {
+		reduce = make([]float32, len(grads)+2)
+	}
+	decider := r.me == r.plan.Publisher
+	var lags lagMeter
+	var (
+		emaInit     bool
+		lagInit     bool
+		benchFrames uint64
+		benchStart  time.Time
+		benchOn     bool
+	)
+	for step := uint64(0); ; step++ {
+		info := t.st.Info()
+		frames := uint64(info.Inserts)
+		if r.comm == nil {
+			t.frames.Store(frames)
+		} else if step == 0 {
+			t.frames.Store(frames * uint64(len(r.plan.Trainers)))
+		}
+		global := t.frames.Load()
+		// The decision to stop, taken by the first trainer.
+		stop := false
+		if decider {
+			switch {
+			case ctx.Err() != nil: // solved, or the rank is stopping
+				stop = true
+			case cfg.MaxFrames > 0 && int64(global) >= cfg.MaxFrames:
+				stop = true
+			case cfg.Bench > 0:
+				now := r.hooks.Now()
+				if !benchOn && now.Sub(t.start) >= cfg.BenchWarmup && int64(info.Size) >= t.minSize {
+					benchOn, benchStart, benchFrames = true, now, global
+				}
+				if benchOn && now.Sub(benchStart) >= cfg.Bench {
+					t.res.BenchFrames, t.res.BenchElapsed = int64(global-benchFrames), now.Sub(benchStart)
+					stop = true
+				}
+			}
+		}
+		if stop && r.comm == nil {
+			return t.parentErr(ctx)
+		}
+		beta := agent.Linear(a.BetaStart, a.BetaEnd, a.BetaFrames, int64(global))
+		l.SetLearningRate(a.LearningRate(int64(global)))
+		haveBatch := false
+		if !stop {
+			if err := t.rp.sample(ctx, batch); err != nil {
+				if ctx.Err() == nil || !decider {
+					return err
+				}
+				stop = true // the first trainer stops; the others hear it below
+				if r.comm == nil {
+					return t.parentErr(ctx)
+				}
+			} else {
+				haveBatch = true
+			}
+		}
+		var st agent.Stats
+		if haveBatch {
+			var err error
+			if st, err = l.ComputeGradients(batch, beta); err != nil {
+				return err
+			}
+		}
+		if r.comm != nil {
+			copy(reduce, grads)
+			if !haveBatch {
+				clear(reduce[:len(grads)])
+			}
+			reduce[len(grads)] = 0
+			if stop {
+				reduce[len(grads)] = 1
+			}
+			reduce[len(grads)+1] = float32(frames)
+			if err := collective.AllReduce(context.WithoutCancel(ctx), r.comm, reduce, collective.Sum); err != nil {
+				return fmt.Errorf("dist: trainer: gradient all-reduce: %w", err)
+			}
+			t.frames.Store(uint64(reduce[len(grads)+1]))
+			if reduce[len(grads)] > 0 {
+				return t.parentErr(ctx)
+			}
+			inv := 1 / float32(len(r.plan.Trainers))
+			for i := range grads {
+				grads[i] = reduce[i] * inv
+			}
+		}
+		if _, err := l.ApplyGradients(); err != nil {
+			return err
+		}
+		if err := t.rp.updatePriorities(batch.Keys, l.Priorities()); err != nil {
+			return err
+		}
+		t.maxPrio.Store(math.Float64bits(l.MaxPriority()))
+		gs := uint64(l.GradSteps())
+		t.gradSteps.Store(gs)
+		if gs%uint64(cfg.PublishEvery) == 0 {
+			v := t.thetaVersion.Load() + 1 // every trainer counts the versions
+			// Not ctx: the run may be over already, and the other trainers
+			// learn that only from the next all-reduce.
+			if t.theta != nil {
+				if err := t.theta.Publish(context.WithoutCancel(ctx), v, l.Online().Params()); err != nil {
+					return err
+				}
+			}
+			t.thetaVersion.Store(v)
+		}
+		if !decider {
+			continue
+		}
+		lags.record(t.shard.CommitSeq(), t.thetaVersion.Load())
+		lag := lags.mean(t.rp.seqs, t.rp.versions)
+		t.bd.mu.Lock()
+		p := &t.bd.p
+		if !emaInit {
+			p.Loss, p.MeanQ, emaInit = st.Loss, st.MeanQ, true
+		} else {
+			p.Loss += 0.01 * (st.Loss - p.Loss)
+			p.MeanQ += 0.01 * (st.MeanQ - p.MeanQ)
+		}
+		if !lagInit {
+			p.Lag, lagInit = lag, true
+		} else {
+			p.Lag += 0.01 * (lag - p.Lag)
+		}
+		p.Frames, p.GradSteps = max(p.Frames, int64(global)), int64(gs)
+		p.Inserts, p.Samples = info.Inserts*int64(len(r.plan.Trainers)), info.Samples*int64(len(r.plan.Trainers))
+		p.TableSize = info.Size
+		p.Beta = beta
+		p.Epsilon = r.epsilon(global)
+		p.Elapsed = r.hooks.Now().Sub(t.start)
+		t.bd.mu.Unlock()
+	}
+}
+
+// parentErr is what the training loop returns when it stops: nil when the
+// run ended (solved, out of frames, done measuring), the rank's own
+// context's error otherwise.
+func (t trainLoop) parentErr(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	t.bd.mu.Lock()
+	solved := t.bd.solved
+	t.bd.mu.Unlock()
+	if solved {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return ctx.Err()
+}
+
+// epsilon is the exploration rate after frames environment frames.
+func (r *rankRun) epsilon(frames uint64) float64 {
+	a := r.cfg.Agent
+	if r.cfg.Bench > 0 {
+		return a.EpsEnd
+	}
+	return agent.Linear(a.EpsStart, a.EpsEnd, a.EpsFrames, int64(frames))
+}
+
+// randFor returns a random source for (seed, stream), equal on every rank.
+func randFor(seed, stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, stream^0x6a09e667f3bcc909))
+}
+
+// lagMeter measures policy lag. After every gradient step it records the
+// shard's commit sequence and the newest parameter version; a transition
+// committed at sequence s was committed after the last record at or below s,
+// so the version newest then is at least that record's: the lag of a
+// transition is that version minus the one that chose its action.
+type lagMeter struct {
+	seqs, versions []uint64
+}
+
+func (m *lagMeter) record(commitSeq, version uint64) {
+	if n := len(m.seqs); n > 0 && m.seqs[n-1] == commitSeq {
+		m.versions[n-1] = version
+		return
+	}
+	m.seqs = append(m.seqs, commitSeq)
+	m.versions = append(m.versions, version)
+}
+
+// newestAt returns the newest version known to have been published before
+// the commit of sequence seq.
+func (m *lagMeter) newestAt(seq uint64) uint64 {
+	k, _ := slices.BinarySearch(m.seqs, seq+1) // the first record at or after the commit
+	if k == 0 {
+		return 1
+	}
+	return m.versions[k-1]
+}
+
+// mean returns the mean lag of the transitions committed at seqs and acted
+// with versions.
+func (m *lagMeter) mean(seqs, versions []uint64) float64 {
+	if len(seqs) == 0 {
+		return 0
+	}
+	var sum float64
+	for i, s := range seqs {
+		if v := m.newestAt(s); v > versions[i] {
+			sum += float64(v - versions[i])
+		}
+	}
+	return sum / float64(len(seqs))
+}
+
+// align64 rounds n up to a multiple of 64, as the sample stream lays out
+// its records.
+func align64(n int) int { return (n + 63) &^ 63 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"gear/examples/dqn/agent"
+	"gear/examples/dqn/cartpole"
+)
+
+// runSingle trains in one process: every role, one after the other, the
+// fastest way to solve and reproducible for a seed.
+func runSingle(ctx context.Context, o *options, stdout, stderr io.Writer) int {
+	curve, err := openCurve(o.curve)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 2
+	}
+	c := o.cfg
+	fmt.Fprintf(stdout, "dqn: CartPole-v1, seed %d, network %v, batch %d, lr %g, %d-step, target every %d, alpha %g, until mean%d >= %g or %d frames\n",
+		o.seed, agent.LayerSizes(c, cartpole.ObsSize, cartpole.NumActions), c.BatchSize, c.LR, c.NStep, c.TargetUpdate,
+		c.PriorityExponent, o.window, o.targetReturn, o.frames)
+
+	status := newStatus(stdout, isTerminal(stdout), o.report)
+	res, err := agent.Run(ctx, cartpole.New(), agent.RunConfig{
+		Agent:        c,
+		Seed:         o.seed,
+		MaxFrames:    o.frames,
+		TargetReturn: o.targetReturn,
+		Window:       o.window,
+		OnEpisode: func(p agent.Progress) {
+			curve.add(p)
+			status.update(p, "")
+		},
+	})
+	status.finish()
+	if cerr := curve.close(); cerr != nil {
+		fmt.Fprintln(stderr, cerr)
+	}
+	summary := summarize(res.Progress, o.window)
+	if err != nil {
+		fmt.Fprintf(stderr, "dqn: stopped after %s: %v\n", summary, err)
+		return 1
+	}
+	if res.Solved {
+		fmt.Fprintf(stdout, "dqn: solved: %s\n", summary)
+		return 0
+	}
+	fmt.Fprintf(stdout, "dqn: not solved: %s\n", summary)
+	return 1
+}
+
+// summarize is the closing line's account of a run.
+func summarize(p agent.Progress, window int) string {
+	gps := 0.0
+	if p.Elapsed > 0 {
+		gps = float64(p.GradSteps) / p.Elapsed.Seconds()
+	}
+	return fmt.Sprintf("%d episodes, %d frames, %d gradient steps in %.1fs, %.1fs of CPU (%.0f frames/s, %.0f gradient steps/s), mean%d %.1f",
+		p.Episodes, p.Frames, p.GradSteps, p.Elapsed.Seconds(), cpuTime().Seconds(), p.FramesPerSecond(), gps, window, p.MeanReturn)
+}
