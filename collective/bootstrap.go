@@ -6,6 +6,19 @@ import "context"
 // world: the caller's place in it, a key-value exchange visible to every rank of the
 // world, the host identity, and news of ranks that died. rank.World implements it;
 // package collectivetest has an in-process implementation for tests.
+//
+// New also uses two optional methods, found by type assertion:
+//
+//	JobID() string      // names the job's shared-memory segments "gear.<JobID>.*"
+//	ListenHost() string // the address other hosts reach this rank at (TCP)
+//
+// Without JobID, segments are named after the process ("gear.local-<pid>.*");
+// without ListenHost (and WithListenHost), TCP listens on 127.0.0.1, which serves
+// a world on one host only.
+//
+// New keeps keys under "collective/<communicator>/" for itself: the details ranks
+// exchange while they connect, and one key per communicator on which a rank whose
+// communicator fails publishes the cause.
 type Bootstrap interface {
 	// Rank is the caller's index in the world.
 	Rank() int

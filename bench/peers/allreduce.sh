@@ -1,0 +1,81 @@
+#!/bin/sh
+# allreduce.sh: gear's AllReduce against Open MPI's MPI_Allreduce on this machine.
+#
+# Installs Open MPI (openmpi-bin, libopenmpi-dev) with apt-get when mpicc or mpirun
+# is missing, builds bench/peers/mpi_allreduce.c with mpicc and gearbench and
+# gearrun with go, then runs both under -np 2 and -np 4 (Open MPI oversubscribed
+# when there are fewer cores than ranks) with the same sizes, ROUNDS times in
+# turn, and prints a table of the ratios. Both programs time the same way (see
+# mpi_allreduce.c). For every size the table takes each side's best round: load
+# from other processes only ever adds time. Raw JSON lines go to $OUT.
+#
+#   bench/peers/allreduce.sh                     # sizes 8,1K,64K,1M,16M,64M
+#   SIZES=8,1K,1M ROUNDS=5 NPS="2 4" bench/peers/allreduce.sh
+set -eu
+
+SIZES=${SIZES:-8,1K,64K,1M,16M,64M}
+ROUNDS=${ROUNDS:-3}
+ITERS=${ITERS:-20}
+NPS=${NPS:-2 4}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gear-allreduce.XXXXXX")}
+mkdir -p "$OUT"
+
+if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
+	echo "allreduce.sh: installing Open MPI (openmpi-bin libopenmpi-dev)" >&2
+	SUDO=
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openmpi-bin libopenmpi-dev >&2
+fi
+
+echo "allreduce.sh: building into $OUT" >&2
+mpicc -O2 -o "$OUT/mpi_allreduce" "$ROOT/bench/peers/mpi_allreduce.c"
+(cd "$ROOT" && go build -o "$OUT/gearbench" ./cmd/gearbench && go build -o "$OUT/gearrun" ./cmd/gearrun)
+
+MPIRUN="mpirun"
+[ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
+CORES=$(nproc)
+
+for round in $(seq 1 "$ROUNDS"); do
+	for np in $NPS; do
+		over=
+		[ "$np" -gt "$CORES" ] && over=--oversubscribe
+		echo "allreduce.sh: round $round, np $np" >&2
+		$MPIRUN $over -np "$np" "$OUT/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --json \
+			>"$OUT/mpi.np$np.r$round.jsonl"
+		"$OUT/gearrun" --tag-output=false -np "$np" "$OUT/gearbench" allreduce --sizes "$SIZES" --iters "$ITERS" --json \
+			>"$OUT/gear.np$np.r$round.jsonl"
+	done
+done
+
+# One table row per np and size: each side's best round.
+for np in $NPS; do
+	for f in "$OUT"/gear.np$np.r*.jsonl; do sed 's/^/gear /' "$f"; done
+	for f in "$OUT"/mpi.np$np.r*.jsonl; do sed 's/^/mpi /' "$f"; done
+done | awk '
+function field(line, key,    m) {
+	if (match(line, "\"" key "\":[-+0-9.eE]+")) {
+		m = substr(line, RSTART, RLENGTH)
+		sub(/^"[a-z]+":/, "", m)
+		return m + 0
+	}
+	return -1
+}
+/"op":"allreduce"/ {
+	who = $1; np = field($0, "np"); b = field($0, "bytes"); s = field($0, "seconds"); bw = field($0, "busbw")
+	k = np SUBSEP b
+	if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+	if (!((who, k) in sec) || s < sec[who, k]) { sec[who, k] = s; bus[who, k] = bw }
+}
+END {
+	printf "%3s %10s %12s %12s %12s %12s %9s %9s\n", "np", "bytes", "gear us", "mpi us", "gear busbw", "mpi busbw", "time g/m", "bw g/m"
+	for (i = 1; i <= n; i++) {
+		k = order[i]; split(k, p, SUBSEP)
+		g = sec["gear", k]; m = sec["mpi", k]
+		rt = (m > 0) ? g / m : 0
+		rb = (bus["mpi", k] > 0) ? bus["gear", k] / bus["mpi", k] : 0
+		printf "%3d %10d %12.3f %12.3f %10.2fGB %10.2fGB %9.2f %9.2f\n", p[1], p[2], g * 1e6, m * 1e6, bus["gear", k] / 1e9, bus["mpi", k] / 1e9, rt, rb
+	}
+}'
+echo "allreduce.sh: raw results in $OUT" >&2

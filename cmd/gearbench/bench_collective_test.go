@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"gear/collective"
+	"gear/launch/launchtest"
+	"gear/rank"
+)
+
+// collectiveLines decodes --json output and checks the fields and their order.
+func collectiveLines(t *testing.T, out, op string, np int, sizes []int) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(sizes) {
+		t.Fatalf("%s: %d lines for %d sizes:\n%s", op, len(lines), len(sizes), out)
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, `{"op":"`+op+`","np":`) || !strings.Contains(l, `"seconds":`) || !strings.Contains(l, `"busbw":`) {
+			t.Fatalf("%s: line %q", op, l)
+		}
+		var m struct {
+			Op                    string
+			NP, Bytes             int
+			Seconds, Algbw, Busbw float64
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("%s: line %q: %v", op, l, err)
+		}
+		if m.Op != op || m.NP != np || m.Bytes != sizes[i] || m.Seconds <= 0 || m.Algbw <= 0 || m.Busbw < 0 {
+			t.Fatalf("%s: line %q, want np %d bytes %d", op, l, np, sizes[i])
+		}
+	}
+}
+
+// Every collective benchmark in a world of one (no launcher).
+func TestBenchCollectivesOneProcess(t *testing.T) {
+	for op, run := range map[string]func([]string, *bytes.Buffer) error{
+		"allreduce":     func(a []string, o *bytes.Buffer) error { return benchAllReduce(a, o) },
+		"broadcast":     func(a []string, o *bytes.Buffer) error { return benchBroadcast(a, o) },
+		"allgather":     func(a []string, o *bytes.Buffer) error { return benchAllGather(a, o) },
+		"reducescatter": func(a []string, o *bytes.Buffer) error { return benchReduceScatter(a, o) },
+		"alltoall":      func(a []string, o *bytes.Buffer) error { return benchAllToAll(a, o) },
+	} {
+		var out bytes.Buffer
+		if err := run([]string{"--sizes", "8,4K", "--iters", "2", "--json", "--bind", "none"}, &out); err != nil {
+			t.Fatalf("%s: %v", op, err)
+		}
+		collectiveLines(t, out.String(), op, 1, []int{8, 4096})
+	}
+	var out bytes.Buffer
+	if err := benchAllReduce([]string{"--sizes", "1X"}, &out); err == nil {
+		t.Fatal("bad size accepted")
+	}
+}
+
+// Every collective benchmark in three real rank processes, checking its results.
+func TestBenchCollectivesThreeRanks(t *testing.T) {
+	launchtest.RunRanks(t, 3, func(t *testing.T, w *rank.World) {
+		runs := 0
+		open := func(ctx context.Context, opts ...collective.Option) (*collective.Comm, int, int, func(), error) {
+			// One communicator per benchmark, on one world: each needs a name.
+			runs++
+			c, err := collective.New(ctx, w, append(opts, collective.WithName(fmt.Sprintf("bench%d", runs)))...)
+			if err != nil {
+				return nil, 0, 0, nil, err
+			}
+			return c, w.LocalRank(), w.LocalSize(), func() { c.Close() }, nil
+		}
+		for _, op := range []string{"allreduce", "broadcast", "allgather", "reducescatter", "alltoall"} {
+			var out bytes.Buffer
+			// 12 bytes is 3 floats: one per rank where the benchmark splits.
+			if err := runCollectiveBench(op, []string{"--sizes", "12,96K,1M", "--iters", "2", "--json", "--bind", "none"}, &out, open); err != nil {
+				t.Fatalf("rank %d: %s: %v", w.Rank(), op, err)
+			}
+			if w.Rank() == 0 {
+				want := []int{12, 96 << 10, 1 << 20}
+				if op == "allgather" || op == "reducescatter" || op == "alltoall" {
+					// Whole blocks of floats per rank: 1 MiB is 3 x 87381 floats.
+					want[2] = 87381 * 3 * 4
+				}
+				collectiveLines(t, out.String(), op, 3, want)
+			} else if out.Len() != 0 {
+				t.Fatalf("rank %d printed %q", w.Rank(), out.String())
+			}
+		}
+	})
+}

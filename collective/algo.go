@@ -1,0 +1,516 @@
+package collective
+
+// The algorithms. Each runs on a group (an ordered subset of the communicator's
+// ranks), moves at most one chunk per frame, and keeps every rank at most one frame
+// ahead of what it has received in a cycle of ranks, so that shared-memory rings of
+// a few chunks never fill up all around a ring of ranks.
+
+// group is an ordered subset of a communicator's ranks.
+type group struct {
+	ranks []int
+	me    int // this rank's index in ranks
+}
+
+func (g group) n() int { return len(g.ranks) }
+
+// at returns the rank at index i, modulo the group size.
+func (g group) at(i int) int {
+	n := len(g.ranks)
+	return g.ranks[((i%n)+n)%n]
+}
+
+func mod(i, n int) int { return ((i % n) + n) % n }
+
+// part returns part j (modulo parts) of total elements split as evenly as possible:
+// the half-open element range [lo, hi).
+func part(total, parts, j int) (lo, hi int) {
+	j = mod(j, parts)
+	return total * j / parts, total * (j + 1) / parts
+}
+
+// pieces is how many frames a block of n bytes needs: at least one.
+func (x *call) pieces(n int) int {
+	if n <= x.chunk {
+		return 1
+	}
+	return (n + x.chunk - 1) / x.chunk
+}
+
+// piece returns piece k of block b.
+func (x *call) piece(b []byte, k int) []byte {
+	lo := min(k*x.chunk, len(b))
+	return b[lo:min(lo+x.chunk, len(b))]
+}
+
+// ringAllReduce is the bandwidth-optimal AllReduce: a reduce-scatter then an
+// allgather around the ring, in rounds of one chunk per rank. Each step receives a
+// chunk from the left, reduces it with this rank's data straight into the frame
+// for the right (a shared-memory ring receives the sum in place), and sends it on.
+func ringAllReduce(x *call, g group, buf []byte) error {
+	n := g.n()
+	if n == 1 {
+		return nil
+	}
+	es := x.es
+	count := len(buf) / es
+	left, right := g.at(g.me-1), g.at(g.me+1)
+	per := x.chunk / es
+	round := per * n
+	for base := 0; base < count; base += round {
+		m := min(round, count-base)
+		seg := func(j int) []byte {
+			lo, hi := part(m, n, j)
+			return buf[(base+lo)*es : (base+hi)*es]
+		}
+		if err := x.send(right, 0, seg(g.me)); err != nil {
+			return err
+		}
+		// Reduce-scatter: after n-1 steps this rank holds segment me+1 reduced.
+		for s := 0; s < n-1; s++ {
+			mine := seg(g.me - s - 1)
+			in, err := x.recv(left, uint32(s), len(mine))
+			if err != nil {
+				return err
+			}
+			out, err := x.reserve(right, len(mine))
+			if err != nil {
+				return err
+			}
+			if s < n-2 {
+				x.redFrame(out, in, mine)
+			} else {
+				x.k(mine, in, mine)
+				x.toFrame(out, mine)
+			}
+			x.release(left)
+			if err := x.commit(right, uint32(s+1), len(mine)); err != nil {
+				return err
+			}
+		}
+		// Allgather: pass the reduced segments on around the ring.
+		for s := 0; s < n-1; s++ {
+			dst := seg(g.me - s)
+			in, err := x.recv(left, uint32(n-1+s), len(dst))
+			if err != nil {
+				return err
+			}
+			copy(dst, in)
+			if s < n-2 {
+				out, err := x.reserve(right, len(dst))
+				if err != nil {
+					return err
+				}
+				x.toFrame(out, in)
+				x.release(left)
+				if err := x.commit(right, uint32(n+s), len(dst)); err != nil {
+					return err
+				}
+			} else {
+				x.release(left)
+			}
+		}
+	}
+	return nil
+}
+
+// rdAllReduce is the latency-optimal AllReduce for small buffers (at most one
+// chunk): recursive doubling, with the ranks beyond the largest power of two
+// folded into their neighbours first and sent the result last. Every exchange
+// reduces the same two operands on both sides, so all ranks end bit for bit equal.
+func rdAllReduce(x *call, g group, buf []byte) error {
+	n, me := g.n(), g.me
+	if n == 1 {
+		return nil
+	}
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	rem := n - p
+	nb := len(buf)
+	newme := me - rem
+	if me < 2*rem {
+		newme = -1
+		if me%2 == 0 {
+			if err := x.send(g.at(me+1), 0, buf); err != nil {
+				return err
+			}
+		} else {
+			in, err := x.recv(g.at(me-1), 0, nb)
+			if err != nil {
+				return err
+			}
+			x.k(buf, buf, in)
+			x.release(g.at(me - 1))
+			newme = me / 2
+		}
+	}
+	if newme >= 0 {
+		step := uint32(1)
+		for mask := 1; mask < p; mask <<= 1 {
+			pn := newme ^ mask
+			peer := pn + rem
+			if pn < rem {
+				peer = 2*pn + 1
+			}
+			pr := g.at(peer)
+			if err := x.send(pr, step, buf); err != nil {
+				return err
+			}
+			in, err := x.recv(pr, step, nb)
+			if err != nil {
+				return err
+			}
+			x.k(buf, buf, in)
+			x.release(pr)
+			step++
+		}
+	}
+	if me < 2*rem {
+		if me%2 == 1 {
+			return x.send(g.at(me-1), 64, buf)
+		}
+		in, err := x.recv(g.at(me+1), 64, nb)
+		if err != nil {
+			return err
+		}
+		copy(buf, in)
+		x.release(g.at(me + 1))
+	}
+	return nil
+}
+
+// treeBroadcast is the binomial tree from root (an index into g), for buffers of
+// at most one chunk.
+func treeBroadcast(x *call, g group, buf []byte, root int) error {
+	n := g.n()
+	vr := mod(g.me-root, n)
+	mask := 1
+	for mask < n {
+		if vr&mask != 0 {
+			from := g.at(root + vr - mask)
+			in, err := x.recv(from, 0, len(buf))
+			if err != nil {
+				return err
+			}
+			copy(buf, in)
+			x.release(from)
+			break
+		}
+		mask <<= 1
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if vr+mask < n {
+			if err := x.send(g.at(root+vr+mask), 0, buf); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// chainBroadcast pipelines chunks from root along the ranks in order.
+func chainBroadcast(x *call, g group, buf []byte, root int) error {
+	n := g.n()
+	vr := mod(g.me-root, n)
+	prev, next := g.at(root+vr-1), g.at(root+vr+1)
+	for k := range x.pieces(len(buf)) {
+		p := x.piece(buf, k)
+		switch {
+		case vr == 0:
+			if err := x.send(next, uint32(k), p); err != nil {
+				return err
+			}
+		case vr == n-1:
+			in, err := x.recv(prev, uint32(k), len(p))
+			if err != nil {
+				return err
+			}
+			copy(p, in)
+			x.release(prev)
+		default:
+			in, err := x.recv(prev, uint32(k), len(p))
+			if err != nil {
+				return err
+			}
+			out, err := x.reserve(next, len(p))
+			if err != nil {
+				return err
+			}
+			x.toFrame(out, in)
+			copy(p, in)
+			x.release(prev)
+			if err := x.commit(next, uint32(k), len(p)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// treeReduce reduces up a binomial tree to root, for buffers of at most one
+// chunk. Unless clobber, buf is left alone on every rank but root, and ranks with
+// children accumulate into scratch memory.
+func treeReduce(x *call, g group, buf []byte, root int, clobber bool) error {
+	n := g.n()
+	vr := mod(g.me-root, n)
+	acc := buf
+	var scratch *[]byte
+	defer func() {
+		if scratch != nil {
+			x.c.pool.put(scratch)
+		}
+	}()
+	first := vr != 0 && !clobber
+	for mask := 1; mask < n; mask <<= 1 {
+		if vr&mask != 0 {
+			return x.send(g.at(root+vr-mask), 0, acc)
+		}
+		if vr+mask >= n {
+			continue
+		}
+		from := g.at(root + vr + mask)
+		in, err := x.recv(from, 0, len(buf))
+		if err != nil {
+			return err
+		}
+		if first {
+			scratch = x.c.pool.get(len(buf))
+			acc = *scratch
+			x.k(acc, buf, in)
+			first = false
+		} else {
+			x.k(acc, acc, in)
+		}
+		x.release(from)
+	}
+	return nil
+}
+
+// chainReduce pipelines chunks along the ranks towards root: the rank farthest
+// from root sends its data, every rank on the way reduces what it receives with
+// its own straight into the frame it passes on, and root reduces into buf. Only
+// root's buf changes.
+func chainReduce(x *call, g group, buf []byte, root int) error {
+	n := g.n()
+	vr := mod(g.me-root, n)
+	prev, next := g.at(root+vr+1), g.at(root+vr-1)
+	for k := range x.pieces(len(buf)) {
+		p := x.piece(buf, k)
+		if vr == n-1 {
+			if err := x.send(next, uint32(k), p); err != nil {
+				return err
+			}
+			continue
+		}
+		in, err := x.recv(prev, uint32(k), len(p))
+		if err != nil {
+			return err
+		}
+		if vr == 0 {
+			x.k(p, in, p)
+			x.release(prev)
+			continue
+		}
+		out, err := x.reserve(next, len(p))
+		if err != nil {
+			return err
+		}
+		x.redFrame(out, in, p)
+		x.release(prev)
+		if err := x.commit(next, uint32(k), len(p)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ringAllGather passes blocks of b bytes around the ring, one chunk of every block
+// per round. recv holds the blocks in group order; this rank's is in place.
+func ringAllGather(x *call, g group, recv []byte, b int) error {
+	n := g.n()
+	if n == 1 {
+		return nil
+	}
+	left, right := g.at(g.me-1), g.at(g.me+1)
+	block := func(j int) []byte {
+		j = mod(j, n)
+		return recv[j*b : (j+1)*b]
+	}
+	for k := range x.pieces(b) {
+		if err := x.send(right, 0, x.piece(block(g.me), k)); err != nil {
+			return err
+		}
+		for s := 0; s < n-1; s++ {
+			dst := x.piece(block(g.me-s-1), k)
+			in, err := x.recv(left, uint32(s), len(dst))
+			if err != nil {
+				return err
+			}
+			copy(dst, in)
+			if s < n-2 {
+				out, err := x.reserve(right, len(dst))
+				if err != nil {
+					return err
+				}
+				x.toFrame(out, in)
+				x.release(left)
+				if err := x.commit(right, uint32(s+1), len(dst)); err != nil {
+					return err
+				}
+			} else {
+				x.release(left)
+			}
+		}
+	}
+	return nil
+}
+
+// linearGather: every rank sends its block to root, which takes them in order.
+func linearGather(x *call, g group, send, recv []byte, root int) error {
+	b := len(send)
+	if g.me != root {
+		for k := range x.pieces(b) {
+			if err := x.send(g.at(root), uint32(k), x.piece(send, k)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	copy(recv[root*b:(root+1)*b], send)
+	for j := range g.n() {
+		if j == root {
+			continue
+		}
+		from := g.at(j)
+		blk := recv[j*b : (j+1)*b]
+		for k := range x.pieces(b) {
+			dst := x.piece(blk, k)
+			in, err := x.recv(from, uint32(k), len(dst))
+			if err != nil {
+				return err
+			}
+			copy(dst, in)
+			x.release(from)
+		}
+	}
+	return nil
+}
+
+// linearScatter: root sends every rank its block.
+func linearScatter(x *call, g group, send, recv []byte, root int) error {
+	b := len(recv)
+	if g.me != root {
+		from := g.at(root)
+		for k := range x.pieces(b) {
+			dst := x.piece(recv, k)
+			in, err := x.recv(from, uint32(k), len(dst))
+			if err != nil {
+				return err
+			}
+			copy(dst, in)
+			x.release(from)
+		}
+		return nil
+	}
+	for j := range g.n() {
+		if j == root {
+			continue
+		}
+		blk := send[j*b : (j+1)*b]
+		for k := range x.pieces(b) {
+			if err := x.send(g.at(j), uint32(k), x.piece(blk, k)); err != nil {
+				return err
+			}
+		}
+	}
+	copy(recv, send[root*b:(root+1)*b])
+	return nil
+}
+
+// ringReduceScatter reduces blocks of len(recv) bytes around the ring: block j
+// starts at rank j+1, every rank adds its own block j to the partial sum straight
+// into the frame it passes on, and rank j ends with the total.
+func ringReduceScatter(x *call, g group, send, recv []byte) error {
+	n := g.n()
+	b := len(recv)
+	if n == 1 {
+		copy(recv, send)
+		return nil
+	}
+	left, right := g.at(g.me-1), g.at(g.me+1)
+	block := func(j int) []byte {
+		j = mod(j, n)
+		return send[j*b : (j+1)*b]
+	}
+	for k := range x.pieces(b) {
+		if err := x.send(right, 0, x.piece(block(g.me-1), k)); err != nil {
+			return err
+		}
+		for s := 0; s < n-1; s++ {
+			mine := x.piece(block(g.me-s-2), k)
+			in, err := x.recv(left, uint32(s), len(mine))
+			if err != nil {
+				return err
+			}
+			if s == n-2 {
+				x.k(x.piece(recv, k), in, mine)
+				x.release(left)
+				continue
+			}
+			out, err := x.reserve(right, len(mine))
+			if err != nil {
+				return err
+			}
+			x.redFrame(out, in, mine)
+			x.release(left)
+			if err := x.commit(right, uint32(s+1), len(mine)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// pairwiseAllToAll: in step s every rank sends to rank+s and receives from
+// rank-s, chunk by chunk.
+func pairwiseAllToAll(x *call, g group, send, recv []byte) error {
+	n := g.n()
+	b := len(send) / n
+	copy(recv[g.me*b:(g.me+1)*b], send[g.me*b:(g.me+1)*b])
+	for s := 1; s < n; s++ {
+		to, from := mod(g.me+s, n), mod(g.me-s, n)
+		src := send[to*b : (to+1)*b]
+		dst := recv[from*b : (from+1)*b]
+		for k := range x.pieces(b) {
+			if err := x.send(g.at(to), uint32(s), x.piece(src, k)); err != nil {
+				return err
+			}
+			d := x.piece(dst, k)
+			in, err := x.recv(g.at(from), uint32(s), len(d))
+			if err != nil {
+				return err
+			}
+			copy(d, in)
+			x.release(g.at(from))
+		}
+	}
+	return nil
+}
+
+// dissemination is the barrier: in round k every rank signals rank+2^k and
+// waits for rank-2^k.
+func dissemination(x *call, g group) error {
+	n := g.n()
+	for k, d := uint32(0), 1; d < n; k, d = k+1, d*2 {
+		if err := x.send(g.at(g.me+d), k, nil); err != nil {
+			return err
+		}
+		from := g.at(g.me - d)
+		if _, err := x.recv(from, k, 0); err != nil {
+			return err
+		}
+		x.release(from)
+	}
+	return nil
+}

@@ -1,0 +1,540 @@
+package collective
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Undefined is the color a rank gives Split to be in no new communicator.
+const Undefined = -1
+
+// Comm is a communicator: a group of ranks, each with its index (Rank) among Size,
+// that run collectives together. Every rank of the group must make the same calls
+// on it in the same order. A Comm is safe for use by several goroutines, but its
+// calls are serialized, and two goroutines calling collectives on one Comm
+// concurrently would make their order differ between ranks: give each goroutine
+// its own communicator (Split).
+type Comm struct {
+	id    string
+	rank  int
+	size  int
+	world []int // communicator rank -> world rank
+	boot  Bootstrap
+	cfg   config
+	spin  time.Duration // resolved Tuning.Spin
+	local int           // ranks of the world on this host (for Split)
+
+	hostOf []int   // host index of every rank
+	hosts  [][]int // ranks of every host, hosts in order of their first rank
+
+	links []link // by rank; nil for this rank
+	in    []inbox
+	trans []transport
+	pool  *bufPool
+	sig   *signals
+
+	opMu   sync.Mutex
+	seq    uint64
+	splits uint64
+	x      call
+	hist   [8]header // the last calls, by sequence number, to name them in errors
+
+	idleScan func() error // the call in progress looks at the other peers' frames
+	group    group        // every rank, in order
+
+	streaming bool          // some link streams (shared memory)
+	chooser   streamChooser // whether streaming pays, learned per size class
+
+	failMu sync.Mutex
+	cause  error
+	closed bool
+
+	watchCancel context.CancelFunc
+	wg          sync.WaitGroup
+	unregLost   func()
+	closeOnce   sync.Once
+}
+
+// inbox is this rank's view of the frames from one peer: the link, and the frames
+// taken off the link early because a receive was looking for another kind (a
+// collective's frames while a Recv waits for a tag, or the other way round).
+type inbox struct {
+	l          link
+	stash      []qframe
+	held       int // heldNone, heldLink or heldStash
+	stashIndex int
+}
+
+// peerInfo is what ranks tell each other when they build a communicator.
+type peerInfo struct {
+	Host   string `json:"host"`
+	PID    int    `json:"pid"`
+	TCP    string `json:"tcp,omitempty"`
+	Nonce  []byte `json:"nonce,omitempty"`
+	Seg    string `json:"seg,omitempty"`
+	Mode   string `json:"mode"`
+	Loop   bool   `json:"loop,omitempty"`
+	Tuning Tuning `json:"tuning"`
+}
+
+// Optional Bootstrap capabilities, found by type assertion.
+type (
+	// jobIDBootstrap names the job, for the names of shared-memory segments.
+	jobIDBootstrap interface{ JobID() string }
+	// listenHostBootstrap knows the address by which other hosts reach this rank.
+	listenHostBootstrap interface{ ListenHost() string }
+)
+
+// New builds the communicator of the whole world that b describes. Every rank of
+// the world must call it, with the same options; it returns when the transports to
+// every peer are up. Ranks on one host (equal b.Host()) talk through shared memory,
+// others through TCP, unless WithTransport or WithLoopback says otherwise.
+//
+// Errors: the context's error; errors from the bootstrap; a transport that cannot
+// be set up; ranks that disagree on options.
+func New(ctx context.Context, b Bootstrap, opts ...Option) (*Comm, error) {
+	cfg := config{name: "world", tuning: DefaultTuning()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.tuning.validate(); err != nil {
+		return nil, err
+	}
+	cfg.transport = strings.ToLower(strings.TrimSpace(cfg.transport))
+	if cfg.transport == "auto" {
+		cfg.transport = TransportAuto
+	}
+	switch cfg.transport {
+	case TransportAuto, TransportTCP, TransportShm:
+	default:
+		return nil, fmt.Errorf("collective: unknown transport %q (want \"\", %q or %q)", cfg.transport, TransportTCP, TransportShm)
+	}
+	if cfg.name == "" || strings.ContainsAny(cfg.name, "/ \t\n") {
+		return nil, fmt.Errorf("collective: communicator name %q: want a non-empty name without '/' or spaces", cfg.name)
+	}
+	rank, size := b.Rank(), b.Size()
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("collective: bootstrap says rank %d of %d", rank, size)
+	}
+	if cfg.listenHost == "" {
+		if lh, ok := b.(listenHostBootstrap); ok {
+			cfg.listenHost = lh.ListenHost()
+		}
+		if cfg.listenHost == "" {
+			cfg.listenHost = "127.0.0.1"
+		}
+	}
+	world := make([]int, size)
+	for i := range world {
+		world[i] = i
+	}
+	c := newComm(cfg.name, rank, size, world, b, cfg)
+	ex := &bootExchange{b: b, prefix: "collective/" + c.id + "/setup", rank: rank, size: size}
+	if err := c.build(ctx, ex); err != nil {
+		return nil, err
+	}
+	c.start()
+	return c, nil
+}
+
+func newComm(id string, rank, size int, world []int, b Bootstrap, cfg config) *Comm {
+	c := &Comm{id: id, rank: rank, size: size, world: world, boot: b, cfg: cfg, pool: &bufPool{}, sig: newSignals()}
+	c.idleScan = func() error { return c.x.scan(false) }
+	c.group = group{ranks: make([]int, size), me: rank}
+	for i := range c.group.ranks {
+		c.group.ranks[i] = i
+	}
+	return c
+}
+
+// Rank is this rank's index in the communicator.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks in the communicator.
+func (c *Comm) Size() int { return c.size }
+
+// WorldRank is the world rank of the communicator's rank r.
+func (c *Comm) WorldRank(r int) int { return c.world[r] }
+
+// Hosts returns the ranks of the communicator grouped by host, hosts in the order
+// of their lowest rank.
+func (c *Comm) Hosts() [][]int {
+	out := make([][]int, len(c.hosts))
+	for i, h := range c.hosts {
+		out[i] = slices.Clone(h)
+	}
+	return out
+}
+
+// Err returns the error that made the communicator fail, or nil.
+func (c *Comm) Err() error {
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return c.cause
+}
+
+// exchanger is how the ranks building a communicator swap their details: through
+// the bootstrap for New, through the parent communicator for Split.
+type exchanger interface {
+	allGather(ctx context.Context, blob []byte) ([][]byte, error)
+	barrier(ctx context.Context) error
+}
+
+type bootExchange struct {
+	b          Bootstrap
+	prefix     string
+	rank, size int
+	step       int
+}
+
+func (e *bootExchange) allGather(ctx context.Context, blob []byte) ([][]byte, error) {
+	e.step++
+	key := fmt.Sprintf("%s/%d/", e.prefix, e.step)
+	if err := e.b.Set(ctx, key+fmt.Sprint(e.rank), blob); err != nil {
+		return nil, fmt.Errorf("collective: publish %s%d: %w", key, e.rank, err)
+	}
+	out := make([][]byte, e.size)
+	for r := range out {
+		if r == e.rank {
+			out[r] = blob
+			continue
+		}
+		v, err := e.b.Wait(ctx, key+fmt.Sprint(r))
+		if err != nil {
+			return nil, fmt.Errorf("collective: wait for rank %d to set up: %w", r, err)
+		}
+		out[r] = v
+	}
+	return out, nil
+}
+
+func (e *bootExchange) barrier(ctx context.Context) error {
+	_, err := e.allGather(ctx, []byte{1})
+	return err
+}
+
+// prepare makes what this rank must publish before it knows its peers: a TCP
+// listener and the name of its shared-memory inbox.
+func (c *Comm) prepare() (peerInfo, *tcpTransport, error) {
+	info := peerInfo{Host: c.boot.Host(), PID: os.Getpid(), Mode: c.cfg.transport, Tuning: c.cfg.tuning}
+	if c.cfg.loopback != nil {
+		info.Loop = true
+		info.Mode = "loopback"
+		return info, nil, nil
+	}
+	var tt *tcpTransport
+	if c.size > 1 {
+		var err error
+		tt, err = listenTCP(c.id, c.rank, c.cfg.listenHost)
+		if err != nil {
+			return info, nil, err
+		}
+		info.TCP = tt.addr()
+		info.Nonce = tt.nonce[:]
+	}
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	what := fmt.Sprintf("coll.%s.r%d.%s", c.id, c.rank, hex.EncodeToString(rnd[:]))
+	info.Seg = segmentName(c.boot, what)
+	return info, tt, nil
+}
+
+// segmentName names a shared-memory segment of the job: "gear.<job>.<what>", the
+// scheme of rank.SegmentName, with the job ID from the bootstrap when it has one.
+func segmentName(b Bootstrap, what string) string {
+	job := fmt.Sprintf("local-%d", os.Getpid())
+	if j, ok := b.(jobIDBootstrap); ok && j.JobID() != "" {
+		job = j.JobID()
+	}
+	return "gear." + job + "." + what
+}
+
+// build exchanges details with the peers through the bootstrap and brings up the
+// transports (New). Split does the same through the parent communicator.
+func (c *Comm) build(ctx context.Context, ex exchanger) (err error) {
+	info, tt, err := c.prepare()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			if tt != nil {
+				tt.close(nil)
+			}
+			for _, t := range c.trans {
+				t.close(nil)
+			}
+			c.trans = nil
+		}
+	}()
+	blob, err := json.Marshal(info)
+	if err != nil {
+		return fmt.Errorf("collective: encode details: %w", err)
+	}
+	blobs, err := ex.allGather(ctx, blob)
+	if err != nil {
+		return err
+	}
+	infos := make([]peerInfo, len(blobs))
+	for r, bl := range blobs {
+		if err := json.Unmarshal(bl, &infos[r]); err != nil {
+			return fmt.Errorf("collective: details of rank %d: %w", r, err)
+		}
+	}
+	return c.connect(ctx, ex, infos, tt)
+}
+
+// connect sets up the links to every peer from their details (indexed by
+// communicator rank).
+func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *tcpTransport) error {
+	me := infos[c.rank]
+	for r, in := range infos {
+		if in.Mode != me.Mode || in.Tuning != me.Tuning {
+			return fmt.Errorf("collective: ranks disagree on options: rank %d has transport %q and %+v, rank %d has transport %q and %+v",
+				c.rank, me.Mode, me.Tuning, r, in.Mode, in.Tuning)
+		}
+	}
+	// Hosts, in order of their first rank.
+	c.hostOf = make([]int, c.size)
+	index := map[string]int{}
+	for r, in := range infos {
+		h, ok := index[in.Host]
+		if !ok {
+			h = len(c.hosts)
+			index[in.Host] = h
+			c.hosts = append(c.hosts, nil)
+		}
+		c.hostOf[r] = h
+		c.hosts[h] = append(c.hosts[h], r)
+	}
+	if c.local == 0 {
+		c.local = len(c.hosts[c.hostOf[c.rank]])
+	}
+	c.spin = c.cfg.tuning.spinFor(c.local)
+	c.links = make([]link, c.size)
+	maxP := c.cfg.tuning.ChunkBytes
+
+	if c.cfg.loopback != nil {
+		lb := c.cfg.loopback
+		if err := lb.register(c.id, c.rank, c.size); err != nil {
+			return err
+		}
+		if err := ex.barrier(ctx); err != nil {
+			lb.unregister(c.id, c.rank)
+			return err
+		}
+		var peers []int
+		for r := range c.size {
+			if r != c.rank {
+				peers = append(peers, r)
+			}
+		}
+		lt, err := lb.connect(c.id, c.rank, peers, maxP, c.sig, c.lostError)
+		if err != nil {
+			lb.unregister(c.id, c.rank)
+			return err
+		}
+		c.trans = append(c.trans, lt)
+		for r, l := range lt.links {
+			c.links[r] = l
+		}
+		if err := ex.barrier(ctx); err != nil {
+			return err
+		}
+	} else {
+		var shmPeers []shmPeer
+		var tcpPeers []tcpPeer
+		meLocal := -1
+		for r, in := range infos {
+			sameHost := c.hostOf[r] == c.hostOf[c.rank]
+			switch {
+			case me.Mode == TransportShm && !sameHost:
+				return fmt.Errorf("collective: transport %q asked for, but rank %d is on host %q and rank %d on host %q", TransportShm, c.rank, me.Host, r, in.Host)
+			case me.Mode != TransportTCP && sameHost:
+				if r == c.rank {
+					meLocal = len(shmPeers)
+				}
+				shmPeers = append(shmPeers, shmPeer{rank: r, seg: in.Seg, pid: in.PID})
+			case r != c.rank:
+				tcpPeers = append(tcpPeers, tcpPeer{rank: r, addr: in.TCP, nonce: in.Nonce})
+			}
+		}
+		if len(shmPeers) > 1 && !shmAvailable() {
+			if me.Mode == TransportShm {
+				return errors.New("collective: shared memory asked for, but this system has none")
+			}
+			// No shared memory here: every peer over TCP.
+			for _, p := range shmPeers {
+				if p.rank != c.rank {
+					tcpPeers = append(tcpPeers, tcpPeer{rank: p.rank, addr: infos[p.rank].TCP, nonce: infos[p.rank].Nonce})
+				}
+			}
+			shmPeers = nil
+		}
+		var st *shmTransport
+		if len(shmPeers) > 1 {
+			var err error
+			st, err = newShmTransport(meLocal, shmPeers, c.cfg.tuning.RingBytes, maxP, c.spin, c.local > runtime.NumCPU(), c.sig, c.pool, c.lostError)
+			if err != nil {
+				return err
+			}
+			c.trans = append(c.trans, st)
+		}
+		if len(tcpPeers) > 0 {
+			if err := tt.connect(ctx, tcpPeers, maxP, c.sig, c.pool, c.lostError, c.failFrom); err != nil {
+				return err
+			}
+			c.trans = append(c.trans, tt)
+			c.sig.addWaker(tt.interrupt)
+			for _, p := range tcpPeers {
+				c.links[p.rank] = tt.link(p.rank)
+			}
+		} else if tt != nil {
+			tt.ln.Close()
+		}
+		// Every inbox exists: map the peers'.
+		if err := ex.barrier(ctx); err != nil {
+			return err
+		}
+		if st != nil {
+			if err := st.attach(); err != nil {
+				return err
+			}
+			for i, p := range shmPeers {
+				if i != meLocal {
+					c.links[p.rank] = st.link(i)
+				}
+			}
+			c.streaming = true
+		}
+		// Every peer has mapped this rank's inbox: its name can go.
+		if err := ex.barrier(ctx); err != nil {
+			return err
+		}
+		if st != nil {
+			st.unlinkOwn()
+		}
+	}
+	c.in = make([]inbox, c.size)
+	for r := range c.in {
+		c.in[r].l = c.links[r]
+	}
+	return nil
+}
+
+// start watches for the failures of other ranks: the bootstrap's news of lost
+// ranks, and failure notices other ranks publish.
+func (c *Comm) start() {
+	if c.size == 1 {
+		return
+	}
+	c.unregLost = c.boot.OnLost(func(worldRank int, reason string) {
+		for r, w := range c.world {
+			if w == worldRank && r != c.rank {
+				c.fail(&LostError{Rank: r, WorldRank: worldRank, Reason: reason}, false)
+			}
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	c.watchCancel = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		v, err := c.boot.Wait(ctx, c.abortKey())
+		if err != nil {
+			return
+		}
+		c.fail(decodeAbort(v), false)
+	}()
+}
+
+func (c *Comm) abortKey() string { return "collective/" + c.id + "/abort" }
+
+// lostError names a lost peer.
+func (c *Comm) lostError(rank int, reason string) error {
+	return &LostError{Rank: rank, WorldRank: c.world[rank], Reason: reason}
+}
+
+// failFrom is how transports report a failure they noticed on their own.
+func (c *Comm) failFrom(err error) { c.fail(err, true) }
+
+// fail makes the communicator fail with err unless it failed already, wakes every
+// wait, and, for a cause found on this rank, tells the other ranks. It returns the
+// communicator's cause.
+func (c *Comm) fail(err error, publish bool) error {
+	c.failMu.Lock()
+	if c.cause != nil {
+		cause := c.cause
+		c.failMu.Unlock()
+		return cause
+	}
+	c.cause = err
+	c.sig.failed.Store(true)
+	close(c.sig.done)
+	publish = publish && err != ErrClosed && c.size > 1 && c.watchCancel != nil
+	if publish {
+		c.wg.Add(1)
+	}
+	c.failMu.Unlock()
+	c.sig.interrupt()
+	if publish {
+		go func() {
+			defer c.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			c.boot.Set(ctx, c.abortKey(), encodeAbort(c.rank, err))
+		}()
+	}
+	return err
+}
+
+// Close releases the communicator: its shared memory, connections and goroutines.
+// A call in progress on another goroutine returns ErrClosed. Close does not wait
+// for the other ranks; it is idempotent.
+func (c *Comm) Close() error {
+	c.closeOnce.Do(func() {
+		c.fail(ErrClosed, false)
+		c.opMu.Lock()
+		c.failMu.Lock()
+		c.closed = true
+		c.failMu.Unlock()
+		var note []byte
+		c.failMu.Lock()
+		cause := c.cause
+		c.failMu.Unlock()
+		if cause != nil && cause != ErrClosed {
+			note = encodeAbort(c.rank, cause)
+		}
+		for _, t := range c.trans {
+			t.close(note)
+		}
+		for r := range c.in {
+			for _, f := range c.in[r].stash {
+				c.pool.put(f.own)
+			}
+			c.in[r].stash = nil
+		}
+		c.opMu.Unlock()
+		if c.unregLost != nil {
+			c.unregLost()
+		}
+		if c.watchCancel != nil {
+			c.watchCancel()
+		}
+		c.wg.Wait()
+	})
+	return nil
+}

@@ -1,0 +1,337 @@
+package collective
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"unsafe"
+)
+
+// The collectives on bytes: argument checks and the choice of algorithm. The
+// generic functions in api.go call these.
+
+func (c *Comm) all() group { return c.group }
+
+// hierarchical reports whether the ranks span hosts with more than one rank on
+// some host: then AllReduce reduces within hosts, across one leader per host, and
+// broadcasts back.
+func (c *Comm) hierarchical() bool {
+	if len(c.hosts) < 2 {
+		return false
+	}
+	for _, h := range c.hosts {
+		if len(h) > 1 {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Comm) checkOp(x *call, op Op) error {
+	if !op.valid() {
+		return x.argError("unknown reduction %v", op)
+	}
+	return nil
+}
+
+func (c *Comm) checkRoot(x *call, root int) error {
+	if root < 0 || root >= c.size {
+		return x.argError("root %d out of range for %d ranks", root, c.size)
+	}
+	return nil
+}
+
+func (c *Comm) allReduce(x *call, buf []byte) error {
+	if err := c.checkOp(x, x.h.op); err != nil {
+		return err
+	}
+	if c.size == 1 {
+		return nil
+	}
+	small := len(buf) <= c.cfg.tuning.SmallAllReduce
+	if c.hierarchical() {
+		x.h.algo = algoHier
+		return c.hierAllReduce(x, buf, small)
+	}
+	if small {
+		x.h.algo = algoRecDoubling
+		return rdAllReduce(x, c.all(), buf)
+	}
+	x.h.algo = algoRing
+	return ringAllReduce(x, c.all(), buf)
+}
+
+// hierAllReduce: reduce to the first rank of every host, allreduce among those
+// leaders, broadcast back within every host. The three phases number their frames
+// apart.
+func (c *Comm) hierAllReduce(x *call, buf []byte, small bool) error {
+	h := c.hosts[c.hostOf[c.rank]]
+	host := group{ranks: h, me: slices.Index(h, c.rank)}
+	leaders := group{me: -1}
+	for i, hr := range c.hosts {
+		leaders.ranks = append(leaders.ranks, hr[0])
+		if hr[0] == c.rank {
+			leaders.me = i
+		}
+	}
+	bcastSmall := host.n() >= treeMinRanks && len(buf) <= c.cfg.tuning.SmallBroadcast
+	if host.n() > 1 {
+		x.base = 0
+		var err error
+		if bcastSmall {
+			err = treeReduce(x, host, buf, 0, true)
+		} else {
+			err = chainReduce(x, host, buf, 0)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if leaders.me >= 0 {
+		x.base = 1 << 20
+		var err error
+		if small {
+			err = rdAllReduce(x, leaders, buf)
+		} else {
+			err = ringAllReduce(x, leaders, buf)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if host.n() > 1 {
+		x.base = 2 << 20
+		if bcastSmall {
+			return treeBroadcast(x, host, buf, 0)
+		}
+		return chainBroadcast(x, host, buf, 0)
+	}
+	return nil
+}
+
+// treeMinRanks: below this many ranks the pipelined chain was as fast as the
+// binomial tree at every size measured (docs/collectives.md), so the tree only
+// serves larger communicators, where its log2(n) hops beat the chain's n-1.
+const treeMinRanks = 5
+
+func (c *Comm) useTree(bytes int) bool {
+	return c.size >= treeMinRanks && bytes <= c.cfg.tuning.SmallBroadcast
+}
+
+func (c *Comm) broadcast(x *call, buf []byte, root int) error {
+	if err := c.checkRoot(x, root); err != nil {
+		return err
+	}
+	if c.size == 1 {
+		return nil
+	}
+	if c.useTree(len(buf)) {
+		x.h.algo = algoTree
+		return treeBroadcast(x, c.all(), buf, root)
+	}
+	x.h.algo = algoChain
+	return chainBroadcast(x, c.all(), buf, root)
+}
+
+func (c *Comm) reduce(x *call, buf []byte, root int) error {
+	if err := c.checkOp(x, x.h.op); err != nil {
+		return err
+	}
+	if err := c.checkRoot(x, root); err != nil {
+		return err
+	}
+	if c.size == 1 {
+		return nil
+	}
+	if c.useTree(len(buf)) {
+		x.h.algo = algoTree
+		return treeReduce(x, c.all(), buf, root, false)
+	}
+	x.h.algo = algoChain
+	return chainReduce(x, c.all(), buf, root)
+}
+
+// overlaps reports whether two byte slices share memory.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	a0, b0 := uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0]))
+	return a0 < b0+uintptr(len(b)) && b0 < a0+uintptr(len(a))
+}
+
+// same reports whether a and b are the same memory.
+func same(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+func (c *Comm) allGather(x *call, send, recv []byte) error {
+	b := len(send)
+	if len(recv) != b*c.size {
+		return x.argError("recv has %d elements, want %d (%d ranks x %d)", len(recv)/x.es, b*c.size/x.es, c.size, b/x.es)
+	}
+	own := recv[c.rank*b : (c.rank+1)*b]
+	if !same(own, send) {
+		if overlaps(send, recv) {
+			return x.argError("send overlaps recv other than at this rank's block")
+		}
+		copy(own, send)
+	}
+	if c.size == 1 {
+		return nil
+	}
+	x.h.algo = algoRing
+	return ringAllGather(x, c.all(), recv, b)
+}
+
+func (c *Comm) gather(x *call, send, recv []byte, root int) error {
+	if err := c.checkRoot(x, root); err != nil {
+		return err
+	}
+	b := len(send)
+	if c.rank == root {
+		if len(recv) != b*c.size {
+			return x.argError("recv has %d elements, want %d (%d ranks x %d)", len(recv)/x.es, b*c.size/x.es, c.size, b/x.es)
+		}
+		own := recv[root*b : (root+1)*b]
+		if !same(own, send) && overlaps(send, recv) {
+			return x.argError("send overlaps recv other than at the root's block")
+		}
+	}
+	if c.size == 1 {
+		copy(recv, send)
+		return nil
+	}
+	x.h.algo = algoLinear
+	return linearGather(x, c.all(), send, recv, root)
+}
+
+func (c *Comm) scatter(x *call, send, recv []byte, root int) error {
+	if err := c.checkRoot(x, root); err != nil {
+		return err
+	}
+	b := len(recv)
+	if c.rank == root {
+		if len(send) != b*c.size {
+			return x.argError("send has %d elements, want %d (%d ranks x %d)", len(send)/x.es, b*c.size/x.es, c.size, b/x.es)
+		}
+		own := send[root*b : (root+1)*b]
+		if !same(own, recv) && overlaps(send, recv) {
+			return x.argError("recv overlaps send other than at the root's block")
+		}
+	}
+	if c.size == 1 {
+		copy(recv, send)
+		return nil
+	}
+	x.h.algo = algoLinear
+	return linearScatter(x, c.all(), send, recv, root)
+}
+
+func (c *Comm) reduceScatter(x *call, send, recv []byte) error {
+	if err := c.checkOp(x, x.h.op); err != nil {
+		return err
+	}
+	b := len(recv)
+	if len(send) != b*c.size {
+		return x.argError("send has %d elements, want %d (%d ranks x %d)", len(send)/x.es, b*c.size/x.es, c.size, b/x.es)
+	}
+	if overlaps(send, recv) && !same(recv, send[c.rank*b:(c.rank+1)*b]) {
+		return x.argError("recv overlaps send other than at this rank's block")
+	}
+	x.h.algo = algoRing
+	return ringReduceScatter(x, c.all(), send, recv)
+}
+
+func (c *Comm) allToAll(x *call, send, recv []byte) error {
+	if len(send) != len(recv) || len(send)%(c.size*x.es) != 0 {
+		return x.argError("send and recv have %d and %d elements, want equal multiples of %d ranks", len(send)/x.es, len(recv)/x.es, c.size)
+	}
+	if overlaps(send, recv) {
+		return x.argError("send and recv overlap")
+	}
+	x.h.algo = algoPairwise
+	return pairwiseAllToAll(x, c.all(), send, recv)
+}
+
+// Barrier returns once every rank of the communicator has called it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	x, err := c.begin(ctx, header{kind: kindBarrier, dtype: Bytes})
+	if err != nil {
+		return err
+	}
+	x.h.algo = algoDissemination
+	return c.end(x, dissemination(x, c.all()))
+}
+
+// send and recv: point to point, matched by (peer, tag), not numbered.
+func (c *Comm) sendP2P(x *call, buf []byte, dst int) error {
+	if dst < 0 || dst >= c.size || dst == c.rank {
+		return x.argError("destination %d: want another rank of %d", dst, c.size)
+	}
+	for k := range x.pieces(len(buf)) {
+		if err := x.send(dst, uint32(k), x.piece(buf, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Comm) recvP2P(x *call, buf []byte, src int) error {
+	if src < 0 || src >= c.size || src == c.rank {
+		return x.argError("source %d: want another rank of %d", src, c.size)
+	}
+	in := &c.in[src]
+	for k := range x.pieces(len(buf)) {
+		dst := x.piece(buf, k)
+		p, err := c.nextTagged(x, in, src)
+		if err != nil {
+			return err
+		}
+		if err := x.checkP2P(src, &p.h, uint32(k), len(dst)); err != nil {
+			return err
+		}
+		copy(dst, p.buf)
+		in.release(c.pool)
+	}
+	return nil
+}
+
+// nextTagged finds the next frame from src with the call's tag, stashing the
+// frames of other tags and of collectives that come before it.
+func (c *Comm) nextTagged(x *call, in *inbox, src int) (qframe, error) {
+	for i := range in.stash {
+		f := in.stash[i]
+		if f.h.kind == kindP2P && f.h.seq == x.h.seq {
+			in.held, in.stashIndex = heldStash, i
+			return f, nil
+		}
+	}
+	for {
+		h, p, err := in.l.next(x.ctx)
+		if err != nil {
+			return qframe{}, err
+		}
+		if h.kind == kindP2P && h.seq == x.h.seq {
+			in.held = heldLink
+			return qframe{h: h, buf: p}, nil
+		}
+		in.keep(c.pool, h, p)
+		in.l.release()
+	}
+}
+
+func (x *call) checkP2P(src int, h *header, step uint32, n int) error {
+	if h.dtype != x.h.dtype || h.count != x.h.count {
+		return &MismatchError{Rank: x.c.rank, Call: recvDesc(&x.h), PeerRank: src, PeerCall: h.describe()}
+	}
+	if h.step != step || int(h.n) != n {
+		return &MismatchError{Rank: x.c.rank, Call: recvDesc(&x.h), PeerRank: src, PeerCall: h.describe(),
+			Detail: fmt.Sprintf("got frame %d of %d bytes, want frame %d of %d bytes", h.step, h.n, step, n)}
+	}
+	return nil
+}
+
+func recvDesc(h *header) string {
+	return fmt.Sprintf("Recv(%v, %d elements, tag %d)", h.dtype, h.count, int64(h.seq))
+}

@@ -1,0 +1,122 @@
+package collective
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// Transport kinds for WithTransport.
+const (
+	TransportAuto = ""    // shared memory between ranks of one host, TCP across hosts
+	TransportTCP  = "tcp" // TCP between every pair of ranks
+	TransportShm  = "shm" // shared memory; every rank must be on one host
+)
+
+// Tuning holds the sizes that choose algorithms and shape the pipelines. Every
+// rank of a world must use the same Tuning: New checks it. The defaults were
+// measured on a 2-core host (docs/collectives.md).
+type Tuning struct {
+	// ChunkBytes is the payload of one frame: large messages move in chunks of
+	// this size, pipelined along the ring or chain.
+	ChunkBytes int
+	// RingBytes is the capacity of one shared-memory ring (one per ordered pair of
+	// ranks on a host). At least 4 chunks.
+	RingBytes int
+	// SmallAllReduce: an AllReduce of at most this many bytes uses recursive
+	// doubling; a larger one the ring (reduce-scatter then allgather). At most
+	// ChunkBytes.
+	SmallAllReduce int
+	// SmallBroadcast: a Broadcast of at most this many bytes, among at least 5
+	// ranks, uses a binomial tree; otherwise a pipelined chain. A Reduce
+	// switches at the same size.
+	SmallBroadcast int
+	// StreamBytes: calls moving at least this many bytes (count times element
+	// size) may write their shared-memory frames with streaming stores, which
+	// bypass the writer's cache, so that the reader on another core reads them
+	// from memory rather than from the writer's cache. Whether that pays depends
+	// on where the cores are; every rank learns it at run time (stream.go).
+	// Negative: never.
+	StreamBytes int
+	// Spin is how long a wait on shared memory polls before it sleeps on a
+	// futex. On an oversubscribed host (more ranks of the world on it than CPUs)
+	// a wait polls with sched_yield, so that the rank it waits for can have the
+	// CPU. Negative: the default, 2ms oversubscribed and 5ms otherwise.
+	Spin time.Duration
+}
+
+// DefaultTuning returns the measured defaults.
+func DefaultTuning() Tuning {
+	return Tuning{
+		ChunkBytes:     256 << 10,
+		RingBytes:      2 << 20,
+		SmallAllReduce: 128 << 10,
+		SmallBroadcast: 16 << 10,
+		StreamBytes:    16 << 10,
+		Spin:           -1,
+	}
+}
+
+func (t Tuning) validate() error {
+	switch {
+	case t.ChunkBytes < 64 || t.ChunkBytes%64 != 0:
+		return fmt.Errorf("collective: Tuning.ChunkBytes %d: want a multiple of 64, at least 64", t.ChunkBytes)
+	case t.RingBytes < 4*(t.ChunkBytes+frameAlignment) || t.RingBytes%64 != 0:
+		return fmt.Errorf("collective: Tuning.RingBytes %d: want a multiple of 64 holding at least 4 chunks of %d bytes", t.RingBytes, t.ChunkBytes)
+	case t.SmallAllReduce < 0 || t.SmallAllReduce > t.ChunkBytes:
+		return fmt.Errorf("collective: Tuning.SmallAllReduce %d: want 0 to ChunkBytes (%d)", t.SmallAllReduce, t.ChunkBytes)
+	case t.SmallBroadcast < 0 || t.SmallBroadcast > t.ChunkBytes:
+		return fmt.Errorf("collective: Tuning.SmallBroadcast %d: want 0 to ChunkBytes (%d)", t.SmallBroadcast, t.ChunkBytes)
+	}
+	return nil
+}
+
+// frameAlignment is the padding a frame header adds in a ring, at most.
+const frameAlignment = 64 + headerSize
+
+// spinFor resolves Spin for a host with local ranks. A futex wakeup took about
+// half a millisecond on the 2-core host measured (docs/collectives.md): a spin
+// shorter than that let two ranks fall into waking each other up on every
+// message, so the default spins well past it.
+func (t Tuning) spinFor(local int) time.Duration {
+	if t.Spin >= 0 {
+		return t.Spin
+	}
+	if local > runtime.NumCPU() {
+		return 2 * time.Millisecond // polling with sched_yield
+	}
+	return 5 * time.Millisecond
+}
+
+type config struct {
+	name       string
+	transport  string
+	loopback   *Loopback
+	listenHost string
+	tuning     Tuning
+}
+
+// Option changes how New builds a communicator.
+type Option func(*config)
+
+// WithTransport chooses the transport: TransportAuto ("" or "auto"),
+// TransportTCP ("tcp") or TransportShm ("shm"), in any case. A launcher passes
+// the value of GEAR_TRANSPORT here.
+func WithTransport(kind string) Option { return func(c *config) { c.transport = kind } }
+
+// WithLoopback connects the ranks through lb, for worlds whose ranks are goroutines
+// of one process. It overrides WithTransport.
+func WithLoopback(lb *Loopback) Option { return func(c *config) { c.loopback = lb } }
+
+// WithListenHost sets the address (host name or IP) on which this rank accepts TCP
+// connections from its peers; it must be reachable from every other host of the
+// world. The default is the Bootstrap's ListenHost, if it has one, else 127.0.0.1.
+func WithListenHost(host string) Option { return func(c *config) { c.listenHost = host } }
+
+// WithName names the communicator New builds: every rank must give the same name,
+// and two communicators built from one Bootstrap need different names. The
+// default is "world".
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithTuning replaces the default Tuning.
+func WithTuning(t Tuning) Option { return func(c *config) { c.tuning = t } }

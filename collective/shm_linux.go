@@ -1,0 +1,629 @@
+//go:build linux
+
+package collective
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The shared-memory transport. Every rank of a host owns one segment per
+// communicator, its inbox: a control block and one single-producer single-consumer
+// ring per local peer, written by that peer and read by the owner. The layout:
+//
+//	0      magic u64, version u32, slots u32, ring capacity u64, pid u64, key u64
+//	128    doorbell u32: the futex word the owner sleeps on
+//	256    sleeping u32: 1 while the owner sleeps (or is about to)
+//	384    closed u32: 1 once the owner closed the communicator
+//	512    note length u32, then the note: why the owner's communicator failed
+//	8192   slot 0, slot 1, ...: ring head u64 at +0, data at +256
+//
+// Positions are byte counts that only grow. The head, the consumer's position,
+// sits on its own pair of cache lines; the producer reads it only when its cached
+// copy says the ring is full. A frame is a mark (u64), a 32-byte header and the
+// payload, padded to 64 bytes; it never wraps around the end of the ring (a
+// producer that would cross the end writes a wrap marker and starts again at the
+// beginning). The producer writes the mark last: the frame's position plus one. A
+// consumer polls the mark where its next frame will start, so that a small frame's
+// mark, header and payload arrive in one cache line. Marks are XORed with a random
+// key of the inbox, so that stale bytes left in the ring from an earlier lap (a
+// payload holding just the right integer) do not pass for a frame.
+//
+// Waiting spins on the position word for a while (unless the host is
+// oversubscribed), then announces itself in the sleeping word and sleeps on the
+// doorbell with FUTEX_WAIT; the other side rings the doorbell only when the
+// sleeping word says so, so that the fast path makes no system call.
+const (
+	shmMagic    = 0x6c6c6f63_72616567 // "gearcoll", little-endian
+	shmVersion  = 1
+	shmCtlSize  = 8192
+	offNote     = 512
+	shmRingHdr  = 256
+	offDoorbell = 128
+	offSleeping = 256
+	offClosed   = 384
+	shmDir      = "/dev/shm/"
+	frameAlign  = 64
+	markSize    = 8
+	prefixSize  = markSize + headerSize // before the payload
+	sleepSlice  = 50 * time.Millisecond // longest futex sleep between checks
+	// pureSpin is how long a wait spins before it starts yielding the CPU:
+	// longer than a peer on another core takes to answer, shorter than a
+	// scheduler's time slice, which a spinning rank would otherwise burn while
+	// its peer waits for this very CPU.
+	pureSpin = 50 * time.Microsecond
+)
+
+func align64(n int) int { return (n + frameAlign - 1) &^ (frameAlign - 1) }
+
+func shmSegmentSize(slots, ringCap int) int { return shmCtlSize + slots*(shmRingHdr+ringCap) }
+
+type shmSegment struct {
+	name string
+	mem  []byte
+}
+
+func u32at(mem []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
+func u64at(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
+
+// createSegment makes and maps a new segment; it fails if the name exists. Both
+// createSegment and openSegment map with MAP_POPULATE, so that the first laps
+// around the rings take no page faults.
+func createSegment(name string, slots, ringCap int) (*shmSegment, error) {
+	size := shmSegmentSize(slots, ringCap)
+	fd, err := unix.Open(shmDir+name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("collective: create shared memory %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Unlink(shmDir + name)
+		return nil, fmt.Errorf("collective: size shared memory %s to %d bytes: %w", name, size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		unix.Unlink(shmDir + name)
+		return nil, fmt.Errorf("collective: map shared memory %s: %w", name, err)
+	}
+	binary.LittleEndian.PutUint32(mem[8:], shmVersion)
+	binary.LittleEndian.PutUint32(mem[12:], uint32(slots))
+	binary.LittleEndian.PutUint64(mem[16:], uint64(ringCap))
+	binary.LittleEndian.PutUint64(mem[24:], uint64(os.Getpid()))
+	var key [8]byte
+	rand.Read(key[:])
+	copy(mem[32:40], key[:])
+	atomic.StoreUint64(u64at(mem, 0), shmMagic)
+	return &shmSegment{name: name, mem: mem}, nil
+}
+
+// openSegment maps a peer's segment and checks its layout.
+func openSegment(name string, slots, ringCap int) (*shmSegment, error) {
+	size := shmSegmentSize(slots, ringCap)
+	fd, err := unix.Open(shmDir+name, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("collective: open shared memory %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("collective: stat shared memory %s: %w", name, err)
+	}
+	if st.Size != int64(size) {
+		return nil, fmt.Errorf("collective: shared memory %s has %d bytes, want %d (ranks disagree on the ring size)", name, st.Size, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("collective: map shared memory %s: %w", name, err)
+	}
+	if atomic.LoadUint64(u64at(mem, 0)) != shmMagic || binary.LittleEndian.Uint32(mem[8:]) != shmVersion ||
+		binary.LittleEndian.Uint32(mem[12:]) != uint32(slots) || binary.LittleEndian.Uint64(mem[16:]) != uint64(ringCap) {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("collective: shared memory %s is not a collective inbox of %d rings of %d bytes", name, slots, ringCap)
+	}
+	return &shmSegment{name: name, mem: mem}, nil
+}
+
+func (s *shmSegment) unmap() {
+	if s != nil && s.mem != nil {
+		unix.Munmap(s.mem)
+		s.mem = nil
+	}
+}
+
+func (s *shmSegment) doorbell() *uint32 { return u32at(s.mem, offDoorbell) }
+func (s *shmSegment) key() uint64       { return binary.LittleEndian.Uint64(s.mem[32:]) }
+func (s *shmSegment) sleeping() *uint32 { return u32at(s.mem, offSleeping) }
+func (s *shmSegment) closed() *uint32   { return u32at(s.mem, offClosed) }
+
+// ringOf returns the head word and the data of slot i.
+func (s *shmSegment) ringOf(i, ringCap int) (head *uint64, data []byte) {
+	base := shmCtlSize + i*(shmRingHdr+ringCap)
+	return u64at(s.mem, base), s.mem[base+shmRingHdr : base+shmRingHdr+ringCap : base+shmRingHdr+ringCap]
+}
+
+// wake rings the owner's doorbell if it sleeps.
+func (s *shmSegment) wake() {
+	if atomic.LoadUint32(s.sleeping()) != 0 {
+		atomic.AddUint32(s.doorbell(), 1)
+		futexWake(s.doorbell(), 1<<30)
+	}
+}
+
+// shmPeer is what a rank needs to know about a rank of its host.
+type shmPeer struct {
+	rank int // communicator rank
+	seg  string
+	pid  int
+}
+
+// shmTransport connects the ranks of one host. Its links are indexed by local index.
+type shmTransport struct {
+	me      int
+	peers   []shmPeer
+	segs    []*shmSegment // by local index; segs[me] is the inbox
+	links   []*shmLink
+	pidfds  []int
+	ringCap int
+	maxP    int
+	spin    time.Duration
+	yield   bool // oversubscribed host: poll with sched_yield rather than spin
+	gosched bool // some peers are goroutines of this process: yield to them
+	sig     *signals
+	pool    *bufPool
+	lost    func(rank int, reason string) error
+
+	// mu orders interrupt, which other goroutines call (a failure notice, a
+	// context's end), with close, which unmaps the memory interrupt writes.
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ transport = (*shmTransport)(nil)
+var _ link = (*shmLink)(nil)
+
+// newShmTransport creates this rank's inbox. The peers' inboxes are mapped by
+// attach, once every local rank has created its own.
+func newShmTransport(me int, peers []shmPeer, ringCap, maxPayload int, spin time.Duration, yield bool, sig *signals, pool *bufPool, lost func(int, string) error) (*shmTransport, error) {
+	t := &shmTransport{me: me, peers: peers, ringCap: ringCap, maxP: maxPayload, spin: spin, yield: yield, sig: sig, pool: pool, lost: lost}
+	t.segs = make([]*shmSegment, len(peers))
+	t.pidfds = make([]int, len(peers))
+	for i := range t.pidfds {
+		t.pidfds[i] = -1
+	}
+	seg, err := createSegment(peers[me].seg, len(peers), ringCap)
+	if err != nil {
+		return nil, err
+	}
+	t.segs[me] = seg
+	sig.addWaker(t.interrupt)
+	return t, nil
+}
+
+// attach maps every peer's inbox and makes the links.
+func (t *shmTransport) attach() error {
+	for i, p := range t.peers {
+		if i == t.me {
+			continue
+		}
+		seg, err := openSegment(p.seg, len(t.peers), t.ringCap)
+		if err != nil {
+			return err
+		}
+		t.segs[i] = seg
+		if p.pid == os.Getpid() {
+			t.gosched = true
+		}
+		if p.pid > 0 && p.pid != os.Getpid() {
+			if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
+				t.pidfds[i] = fd
+			}
+		}
+	}
+	t.links = make([]*shmLink, len(t.peers))
+	for i := range t.peers {
+		if i == t.me {
+			continue
+		}
+		l := &shmLink{t: t, peer: i}
+		l.tx.head, l.tx.data = t.segs[i].ringOf(t.me, t.ringCap)
+		l.rx.head, l.rx.data = t.segs[t.me].ringOf(i, t.ringCap)
+		l.tx.key, l.rx.key = t.segs[i].key(), t.segs[t.me].key()
+		t.links[i] = l
+	}
+	return nil
+}
+
+// unlinkOwn removes this rank's inbox name once every peer has mapped it: the
+// memory lives on while mapped, and nothing is left in /dev/shm if a rank dies.
+func (t *shmTransport) unlinkOwn() {
+	if s := t.segs[t.me]; s != nil {
+		unix.Unlink(shmDir + s.name)
+	}
+}
+
+func (t *shmTransport) link(local int) link { return t.links[local] }
+
+// interrupt wakes this rank's own sleeps so that they look at the signals again.
+func (t *shmTransport) interrupt() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	if s := t.segs[t.me]; s != nil && s.mem != nil {
+		atomic.AddUint32(s.doorbell(), 1)
+		futexWake(s.doorbell(), 1<<30)
+	}
+}
+
+func (t *shmTransport) close(note []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
+	t.closed = true
+	own := t.segs[t.me]
+	if own != nil && own.mem != nil {
+		n := copy(own.mem[offNote+4:shmCtlSize], note)
+		binary.LittleEndian.PutUint32(own.mem[offNote:], uint32(n))
+		atomic.StoreUint32(own.closed(), 1)
+		// Wake the peers so that a peer waiting on this rank notices.
+		for i, s := range t.segs {
+			if i != t.me && s != nil && s.mem != nil {
+				atomic.AddUint32(s.doorbell(), 1)
+				futexWake(s.doorbell(), 1<<30)
+			}
+		}
+	}
+	t.unlinkOwn()
+	for i, s := range t.segs {
+		s.unmap()
+		t.segs[i] = nil
+	}
+	for i, fd := range t.pidfds {
+		if fd >= 0 {
+			unix.Close(fd)
+			t.pidfds[i] = -1
+		}
+	}
+	for _, l := range t.links {
+		if l != nil {
+			for _, f := range l.overflow[l.ovHead:] {
+				t.pool.put(f.own)
+			}
+			l.overflow = nil
+		}
+	}
+}
+
+// ringSide is one end of a ring: pos is this side's position, other (producer
+// only) a cached copy of the consumer's.
+type ringSide struct {
+	head  *uint64
+	data  []byte
+	pos   uint64
+	other uint64
+	key   uint64 // the inbox's mark key
+}
+
+func (r *ringSide) mark(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.data[off])) }
+
+type shmLink struct {
+	t    *shmTransport
+	peer int // local index
+	tx   ringSide
+	rx   ringSide
+
+	// sending
+	skip int // bytes to the end of the ring, when the reserved frame wraps
+	span int // bytes of the reserved frame
+
+	// receiving
+	held     int // 0: nothing, 1: a ring frame, 2: an overflow frame
+	heldSpan int
+	overflow []qframe // frames drained from the ring while the owner waited
+	ovHead   int
+}
+
+func (l *shmLink) maxPayload() int { return l.t.maxP }
+
+func (l *shmLink) reserve(ctx context.Context, n int) ([]byte, error) {
+	if n > l.t.maxP {
+		return nil, fmt.Errorf("collective: frame of %d bytes over the limit of %d", n, l.t.maxP)
+	}
+	c := uint64(l.t.ringCap)
+	span := align64(prefixSize + n)
+	off := int(l.tx.pos % c)
+	skip := 0
+	if off+span > int(c) {
+		skip = int(c) - off
+	}
+	need := uint64(skip + span)
+	if c-(l.tx.pos-l.tx.other) < need && !l.room(need) {
+		if err := l.t.wait(ctx, l, need); err != nil {
+			return nil, err
+		}
+	}
+	l.skip, l.span = skip, span
+	start := (off + skip) % int(c)
+	return l.tx.data[start+prefixSize : start+prefixSize+n : start+prefixSize+n], nil
+}
+
+func (l *shmLink) commit(_ context.Context, h header) error {
+	c := uint64(l.t.ringCap)
+	pos := l.tx.pos
+	if l.skip > 0 {
+		off := int(pos % c)
+		w := header{kind: kindWrap}
+		w.encode(l.tx.data[off+markSize:])
+		atomic.StoreUint64(l.tx.mark(off), (pos+1)^l.tx.key)
+		pos += uint64(l.skip)
+	}
+	off := int(pos % c)
+	h.encode(l.tx.data[off+markSize:])
+	// The mark goes last: it publishes the frame (a full barrier, which also
+	// orders it before the load of the peer's sleeping word in wake).
+	atomic.StoreUint64(l.tx.mark(off), (pos+1)^l.tx.key)
+	l.tx.pos = pos + uint64(l.span)
+	l.t.segs[l.peer].wake()
+	return nil
+}
+
+// available reports whether a frame (or wrap marker) waits in the ring.
+func (l *shmLink) available() bool {
+	off := int(l.rx.pos % uint64(l.t.ringCap))
+	return atomic.LoadUint64(l.rx.mark(off)) == (l.rx.pos+1)^l.rx.key
+}
+
+// peekRing decodes the frame at the head of the ring, skipping wrap markers. It
+// must only be called when available.
+func (l *shmLink) peekRing() (header, []byte, error) {
+	c := l.t.ringCap
+	var h header
+	for {
+		off := int(l.rx.pos % uint64(c))
+		h.decode(l.rx.data[off+markSize:])
+		if h.kind == kindWrap {
+			l.rx.pos += uint64(c - off)
+			if !l.available() {
+				return h, nil, errNoFrame
+			}
+			continue
+		}
+		end := off + prefixSize + int(h.n)
+		if end > c || int(h.n) > l.t.maxP {
+			return h, nil, fmt.Errorf("collective: corrupt frame from local rank %d: %d bytes at ring offset %d", l.t.peers[l.peer].rank, h.n, off)
+		}
+		l.heldSpan = align64(prefixSize + int(h.n))
+		return h, l.rx.data[off+prefixSize : end : end], nil
+	}
+}
+
+var errNoFrame = errors.New("collective: no frame")
+
+func (l *shmLink) next(ctx context.Context) (header, []byte, error) {
+	for {
+		if l.ovHead < len(l.overflow) {
+			f := l.overflow[l.ovHead]
+			l.held = 2
+			return f.h, f.buf, nil
+		}
+		if l.available() {
+			h, p, err := l.peekRing()
+			if err == errNoFrame {
+				continue
+			}
+			if err != nil {
+				return h, nil, err
+			}
+			l.held = 1
+			return h, p, nil
+		}
+		if err := l.t.wait(ctx, l, 0); err != nil {
+			return header{}, nil, err
+		}
+	}
+}
+
+func (l *shmLink) peek() (header, bool) {
+	if l.ovHead < len(l.overflow) {
+		return l.overflow[l.ovHead].h, true
+	}
+	for l.available() {
+		h, _, err := l.peekRing()
+		if err == errNoFrame {
+			continue
+		}
+		return h, err == nil
+	}
+	return header{}, false
+}
+
+// pending reports whether a frame from the peer waits, drained or in the ring.
+func (l *shmLink) pending() bool { return l.ovHead < len(l.overflow) || l.available() }
+
+// room reports whether the ring to the peer has need bytes free.
+func (l *shmLink) room(need uint64) bool {
+	l.tx.other = atomic.LoadUint64(l.tx.head)
+	return uint64(l.t.ringCap)-(l.tx.pos-l.tx.other) >= need
+}
+
+// ready is what wait waits for: a frame from the peer (space 0) or space bytes
+// free in the ring to the peer.
+func (l *shmLink) ready(space uint64) bool {
+	if space == 0 {
+		return l.pending()
+	}
+	return l.room(space)
+}
+
+func (l *shmLink) release() {
+	switch l.held {
+	case 1:
+		l.rx.pos += uint64(l.heldSpan)
+		atomic.StoreUint64(l.rx.head, l.rx.pos)
+		l.t.segs[l.peer].wake()
+	case 2:
+		l.t.pool.put(l.overflow[l.ovHead].own)
+		l.overflow[l.ovHead] = qframe{}
+		l.ovHead++
+		if l.ovHead == len(l.overflow) {
+			l.overflow = l.overflow[:0]
+			l.ovHead = 0
+		}
+	}
+	l.held = 0
+}
+
+// drain copies the frames waiting in the rings into the links' overflow queues,
+// so that a producer blocked on this rank can go on while this rank itself waits;
+// without it two ranks sending each other more than a ring holds would wait for
+// each other forever. It runs only on the slow path of a wait. Rings whose head
+// frame is held are left alone.
+func (t *shmTransport) drain(waiting *shmLink) {
+	for _, l := range t.links {
+		if l == nil || l == waiting || l.held == 1 || !l.available() {
+			continue
+		}
+		for l.available() {
+			h, p, err := l.peekRing()
+			if err == errNoFrame {
+				break
+			}
+			if err != nil {
+				return
+			}
+			b := t.pool.get(len(p))
+			copy(*b, p)
+			l.overflow = append(l.overflow, qframe{h: h, buf: *b, own: b})
+			l.rx.pos += uint64(l.heldSpan)
+		}
+		atomic.StoreUint64(l.rx.head, l.rx.pos)
+		t.segs[l.peer].wake()
+	}
+}
+
+// wait returns once l.ready(space) reports true (a frame from the peer for space
+// 0, else space bytes free towards it), the signals stop it, or the peer is gone.
+// It spins first, then sleeps on this rank's doorbell.
+func (t *shmTransport) wait(ctx context.Context, l *shmLink, space uint64) error {
+	forData := space == 0
+	// Spin (not when the host is oversubscribed), then poll with sched_yield,
+	// which lets a peer that shares this CPU run, until t.spin has passed.
+	var start time.Time
+	pure := t.spin > 0 && !t.yield
+	for i := 1; t.spin > 0; i++ {
+		if l.ready(space) {
+			return nil
+		}
+		if !pure {
+			if t.gosched {
+				runtime.Gosched()
+			} else {
+				unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+			}
+		}
+		if i&255 == 0 || !pure && i&7 == 0 {
+			if t.sig.failed.Load() {
+				return errStopped
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if start.IsZero() {
+				start = time.Now()
+				continue
+			}
+			waited := time.Since(start)
+			if waited > t.spin {
+				break
+			}
+			if pure && waited > pureSpin {
+				pure = false
+			}
+		}
+	}
+	for range 64 {
+		if l.ready(space) {
+			return nil
+		}
+	}
+	own := t.segs[t.me]
+	peer := t.segs[l.peer]
+	t.sig.arm(ctx)
+	for round := 0; ; round++ {
+		if l.ready(space) {
+			return nil
+		}
+		if t.sig.failed.Load() {
+			return errStopped
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if round > 0 {
+			// Slept once already: is the peer still there?
+			if atomic.LoadUint32(peer.closed()) != 0 {
+				if forData && l.ready(space) {
+					return nil
+				}
+				return t.closedErr(l.peer)
+			}
+			if fd := t.pidfds[l.peer]; fd >= 0 {
+				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+				if n, _ := unix.Poll(fds, 0); n > 0 {
+					return t.lost(t.peers[l.peer].rank, fmt.Sprintf("process %d exited", t.peers[l.peer].pid))
+				}
+			}
+		}
+		waiting := l
+		if !forData {
+			waiting = nil
+		}
+		t.drain(waiting)
+		if err := t.sig.onIdle(); err != nil {
+			return err
+		}
+		if l.ready(space) {
+			return nil
+		}
+		bell := atomic.LoadUint32(own.doorbell())
+		atomic.StoreUint32(own.sleeping(), 1)
+		if l.ready(space) || t.sig.failed.Load() {
+			atomic.StoreUint32(own.sleeping(), 0)
+			continue
+		}
+		futexWait(own.doorbell(), bell, sleepSlice)
+		atomic.StoreUint32(own.sleeping(), 0)
+	}
+}
+
+// closedErr is the error for a peer that closed the communicator: its note, if
+// it failed, else that it closed.
+func (t *shmTransport) closedErr(peer int) error {
+	mem := t.segs[peer].mem
+	n := int(binary.LittleEndian.Uint32(mem[offNote:]))
+	if n > 0 && offNote+4+n <= shmCtlSize {
+		return decodeAbort(mem[offNote+4 : offNote+4+n])
+	}
+	return t.lost(t.peers[peer].rank, "it closed the communicator")
+}
+
+func shmAvailable() bool {
+	st, err := os.Stat(shmDir)
+	return err == nil && st.IsDir()
+}
+
+func (l *shmLink) streams() bool { return true }

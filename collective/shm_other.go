@@ -1,0 +1,29 @@
+//go:build !linux
+
+package collective
+
+import (
+	"errors"
+	"time"
+)
+
+// Shared memory needs futexes; elsewhere every peer is reached over TCP.
+
+type shmPeer struct {
+	rank int
+	seg  string
+	pid  int
+}
+
+type shmTransport struct{}
+
+func newShmTransport(me int, peers []shmPeer, ringCap, maxPayload int, spin time.Duration, yield bool, sig *signals, pool *bufPool, lost func(int, string) error) (*shmTransport, error) {
+	return nil, errors.New("collective: shared memory transport needs Linux")
+}
+func (t *shmTransport) attach() error {
+	return errors.New("collective: shared memory transport needs Linux")
+}
+func (t *shmTransport) unlinkOwn()    {}
+func (t *shmTransport) link(int) link { return nil }
+func (t *shmTransport) close([]byte)  {}
+func shmAvailable() bool              { return false }

@@ -1,0 +1,8 @@
+//go:build race
+
+package collective_test
+
+const (
+	bigBytes  = 1 << 20
+	manyCount = 20011
+)

@@ -1,0 +1,376 @@
+package collective
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The TCP transport: one connection per pair of ranks, the higher rank dialing the
+// lower. Each connection has a reader goroutine that moves frames into a queue as
+// they arrive, so that a sender never waits for its peer to call a receive (two
+// ranks may send each other any amount at once), and so that a broken connection
+// is noticed at once even when no call is waiting on it.
+
+const tcpMagic = "gearcol1"
+
+type tcpPeer struct {
+	rank  int // communicator rank
+	addr  string
+	nonce []byte
+}
+
+type tcpTransport struct {
+	id      string
+	me      int
+	ln      *net.TCPListener
+	nonce   [16]byte
+	links   map[int]*tcpLink
+	sig     *signals
+	pool    *bufPool
+	maxP    int
+	closing atomic.Bool
+	wg      sync.WaitGroup
+	lostErr func(rank int, reason string) error
+	fail    func(error)
+}
+
+var _ transport = (*tcpTransport)(nil)
+var _ link = (*tcpLink)(nil)
+
+// listenTCP opens the listener the peers will dial; host is the address by which
+// the other ranks reach this one.
+func listenTCP(id string, me int, host string) (*tcpTransport, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("collective: listen for peers on %s: %w", host, err)
+	}
+	t := &tcpTransport{id: id, me: me, ln: ln.(*net.TCPListener), links: map[int]*tcpLink{}}
+	if _, err := rand.Read(t.nonce[:]); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("collective: nonce: %w", err)
+	}
+	return t, nil
+}
+
+func (t *tcpTransport) addr() string { return t.ln.Addr().String() }
+
+// connect dials the lower-ranked peers and accepts the higher-ranked ones, then
+// starts the readers. The listener is closed when it returns.
+func (t *tcpTransport) connect(ctx context.Context, peers []tcpPeer, maxP int, sig *signals, pool *bufPool, lostErr func(int, string) error, fail func(error)) error {
+	t.sig, t.pool, t.maxP, t.lostErr, t.fail = sig, pool, maxP, lostErr, fail
+	defer t.ln.Close()
+	want := map[int]bool{}
+	var dial []tcpPeer
+	for _, p := range peers {
+		if p.rank > t.me {
+			want[p.rank] = true
+		} else {
+			dial = append(dial, p)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type accepted struct {
+		rank int
+		conn *net.TCPConn
+	}
+	acc := make(chan accepted, len(want))
+	accErr := make(chan error, 1)
+	var awg sync.WaitGroup
+	awg.Add(1)
+	go func() {
+		defer awg.Done()
+		accErr <- t.acceptAll(ctx, want, func(r int, c *net.TCPConn) { acc <- accepted{r, c} })
+	}()
+	stop := context.AfterFunc(ctx, func() { t.ln.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	conns := map[int]*net.TCPConn{}
+	var err error
+	for _, p := range dial {
+		var c *net.TCPConn
+		c, err = t.dial(ctx, p)
+		if err != nil {
+			break
+		}
+		conns[p.rank] = c
+	}
+	if err != nil {
+		cancel()
+	}
+	if aerr := <-accErr; err == nil {
+		err = aerr
+	}
+	awg.Wait()
+	close(acc)
+	for a := range acc {
+		conns[a.rank] = a.conn
+	}
+	if err != nil {
+		for _, c := range conns {
+			c.Close()
+		}
+		return err
+	}
+	for r, c := range conns {
+		c.SetNoDelay(true)
+		l := &tcpLink{t: t, peer: r, conn: c, q: newFrameQueue()}
+		t.links[r] = l
+	}
+	for _, l := range t.links {
+		t.wg.Add(1)
+		go l.readLoop()
+	}
+	return nil
+}
+
+func (t *tcpTransport) dial(ctx context.Context, p tcpPeer) (*net.TCPConn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, fmt.Errorf("collective: connect to rank %d at %s: %w", p.rank, p.addr, err)
+	}
+	c := nc.(*net.TCPConn)
+	hello := make([]byte, 0, 64)
+	hello = append(hello, tcpMagic...)
+	hello = append(hello, p.nonce...)
+	hello = binary.LittleEndian.AppendUint32(hello, uint32(t.me))
+	hello = binary.LittleEndian.AppendUint16(hello, uint16(len(t.id)))
+	hello = append(hello, t.id...)
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetWriteDeadline(dl)
+	}
+	if _, err := c.Write(hello); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("collective: greet rank %d at %s: %w", p.rank, p.addr, err)
+	}
+	c.SetWriteDeadline(time.Time{})
+	return c, nil
+}
+
+// acceptAll accepts one connection from every rank in want.
+func (t *tcpTransport) acceptAll(ctx context.Context, want map[int]bool, got func(int, *net.TCPConn)) error {
+	for len(want) > 0 {
+		nc, err := t.ln.AcceptTCP()
+		if err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("collective: waiting for ranks to connect: %w", ctx.Err())
+			}
+			return fmt.Errorf("collective: accept peers: %w", err)
+		}
+		r, err := t.readHello(nc)
+		if err != nil || !want[r] {
+			nc.Close()
+			continue // not one of ours; keep waiting
+		}
+		delete(want, r)
+		got(r, nc)
+	}
+	return nil
+}
+
+func (t *tcpTransport) readHello(c *net.TCPConn) (int, error) {
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	b := make([]byte, len(tcpMagic)+16+4+2)
+	if _, err := io.ReadFull(c, b); err != nil {
+		return 0, err
+	}
+	if string(b[:8]) != tcpMagic || !bytes.Equal(b[8:24], t.nonce[:]) {
+		return 0, errors.New("bad greeting")
+	}
+	r := int(binary.LittleEndian.Uint32(b[24:]))
+	id := make([]byte, binary.LittleEndian.Uint16(b[28:]))
+	if _, err := io.ReadFull(c, id); err != nil || string(id) != t.id {
+		return 0, errors.New("bad greeting")
+	}
+	return r, nil
+}
+
+func (t *tcpTransport) link(rank int) link { return t.links[rank] }
+
+// interrupt unblocks writes in progress (the communicator failed).
+func (t *tcpTransport) interrupt() {
+	for _, l := range t.links {
+		l.conn.SetWriteDeadline(time.Unix(1, 0))
+	}
+}
+
+func (t *tcpTransport) close(note []byte) {
+	if t.closing.Swap(true) {
+		return
+	}
+	if t.ln != nil {
+		t.ln.Close()
+	}
+	for _, l := range t.links {
+		l.wmu.Lock()
+		if len(note) > t.maxP {
+			note = note[:t.maxP]
+		}
+		bye := make([]byte, headerSize+len(note))
+		h := header{kind: kindBye, n: uint32(len(note))}
+		h.encode(bye)
+		copy(bye[headerSize:], note)
+		l.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		l.conn.Write(bye)
+		l.conn.CloseWrite()
+		l.wmu.Unlock()
+	}
+	// Let the readers see the peers' goodbyes (or EOF) so that nothing unread is
+	// left in the socket when it closes, then close.
+	done := make(chan struct{})
+	go func() { t.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(200 * time.Millisecond):
+	}
+	for _, l := range t.links {
+		l.conn.Close()
+	}
+	<-done
+	for _, l := range t.links {
+		for {
+			f, ok := l.q.tryPop()
+			if !ok {
+				break
+			}
+			t.pool.put(f.own)
+		}
+		if l.cur.own != nil {
+			t.pool.put(l.cur.own)
+			l.cur = qframe{}
+		}
+	}
+}
+
+type tcpLink struct {
+	t    *tcpTransport
+	peer int
+	conn *net.TCPConn
+	q    *frameQueue
+	wmu  sync.Mutex
+	wbuf *[]byte
+	cur  qframe
+}
+
+func (l *tcpLink) maxPayload() int { return l.t.maxP }
+
+func (l *tcpLink) readLoop() {
+	defer l.t.wg.Done()
+	r := bufio.NewReaderSize(l.conn, 64<<10)
+	var hb [headerSize]byte
+	for {
+		if _, err := io.ReadFull(r, hb[:]); err != nil {
+			l.broken(err)
+			return
+		}
+		var h header
+		h.decode(hb[:])
+		if int(h.n) > l.t.maxP {
+			l.broken(fmt.Errorf("frame of %d bytes over the limit of %d", h.n, l.t.maxP))
+			return
+		}
+		b := l.t.pool.get(int(h.n))
+		if _, err := io.ReadFull(r, *b); err != nil {
+			l.t.pool.put(b)
+			l.broken(err)
+			return
+		}
+		if h.kind == kindBye {
+			// The peer closed; its note says why, if it failed.
+			err := l.t.lostErr(l.peer, "it closed the communicator")
+			if h.n > 0 {
+				err = decodeAbort(*b)
+			}
+			l.t.pool.put(b)
+			l.q.finish(err)
+			return
+		}
+		l.q.push(qframe{h: h, buf: *b, own: b})
+	}
+}
+
+func (l *tcpLink) broken(err error) {
+	if l.t.closing.Load() {
+		l.q.finish(ErrClosed)
+		return
+	}
+	why := "connection lost"
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		why = "connection closed without a goodbye"
+	} else if err != nil {
+		why = "connection lost: " + err.Error()
+	}
+	lost := l.t.lostErr(l.peer, why)
+	l.q.finish(lost)
+	l.t.fail(lost)
+}
+
+func (l *tcpLink) reserve(ctx context.Context, n int) ([]byte, error) {
+	if n > l.t.maxP {
+		return nil, fmt.Errorf("collective: frame of %d bytes over the limit of %d", n, l.t.maxP)
+	}
+	if l.t.sig.failed.Load() {
+		return nil, errStopped
+	}
+	l.wbuf = l.t.pool.get(headerSize + n)
+	return (*l.wbuf)[headerSize:], nil
+}
+
+func (l *tcpLink) commit(ctx context.Context, h header) error {
+	b := l.wbuf
+	l.wbuf = nil
+	defer l.t.pool.put(b)
+	h.encode(*b)
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() { l.conn.SetWriteDeadline(time.Unix(1, 0)) })
+	}
+	_, err := l.conn.Write((*b)[:headerSize+int(h.n)])
+	if stop != nil && !stop() {
+		l.conn.SetWriteDeadline(time.Time{})
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if err != nil {
+		if l.t.sig.failed.Load() {
+			return errStopped
+		}
+		lost := l.t.lostErr(l.peer, "connection lost: "+err.Error())
+		l.t.fail(lost)
+		return lost
+	}
+	return nil
+}
+
+func (l *tcpLink) next(ctx context.Context) (header, []byte, error) {
+	f, err := l.q.pop(ctx, l.t.sig)
+	if err != nil {
+		return header{}, nil, err
+	}
+	l.cur = f
+	return f.h, f.buf, nil
+}
+
+func (l *tcpLink) release() {
+	l.t.pool.put(l.cur.own)
+	l.cur = qframe{}
+}
+
+func (l *tcpLink) peek() (header, bool) { return l.q.peek() }
+
+func (l *tcpLink) streams() bool { return false }
