@@ -103,6 +103,8 @@ type World struct {
 	notes    []lostNote
 	noteWake chan struct{}
 
+	comms comms // built on demand by Comm and RoleComm
+
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -598,6 +600,7 @@ func (w *World) Lost() map[int]string {
 // ErrClosed.
 func (w *World) Close() error {
 	w.closeOnce.Do(func() {
+		w.closeComms()
 		w.mu.Lock()
 		w.closed = true
 		w.mu.Unlock()

@@ -52,11 +52,10 @@ func run() error {
 		}
 	}
 	// The world communicator: every rank adds its rank; all get the sum.
-	comm, err := collective.New(ctx, w)
+	comm, err := w.CommContext(ctx)
 	if err != nil {
 		return err
 	}
-	defer comm.Close()
 	sum := []int64{int64(w.Rank())}
 	if err := collective.AllReduce(ctx, comm, sum, collective.Sum); err != nil {
 		return err
