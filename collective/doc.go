@@ -33,6 +33,19 @@
 // Comm would reach the ranks in different orders. Give each goroutine its own
 // communicator (Split).
 //
+// GMI layouts. When ranks share GPUs as GMIs, NewLayout (or LayoutFromEnv, from
+// GEAR_GMI_LAYOUT) builds a Layout over a communicator: GMI-DRL's layout-aware
+// reductions (multi-process, multi-ring, hierarchical), chosen by its
+// Algorithm 1 from the mapping or forced. LayoutAllReduce reduces host buffers
+// over the host path; Layout.AllReduceDevice reduces device buffers with NCCL
+// between GPUs where present (WithDevice) and through host copies among the
+// GMIs of one GPU.
+//
+// Device buffers. NewNCCL (or Comm.NCCL, for the ranks of a communicator)
+// builds an NCCLComm, whose calls take cuda.DevicePtr buffers and keep the
+// errors above: an ended context or a lost rank aborts the NCCL communicator
+// instead of hanging, and the first error sticks.
+//
 // Tuning (chunk size, ring size, the sizes where algorithms switch) has measured
 // defaults; docs/collectives.md describes the protocols and the measurements.
 package collective

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"gear/collective"
+	"gear/gmi"
 	"gear/rank"
 )
 
@@ -32,6 +33,13 @@ import (
 // between two barriers and timed on rank 0; the reported time is the median over
 // repetitions of the batch time (closing barrier included) divided by its length. A final checked call closes
 // the size. bench/peers/mpi_allreduce.c times MPI_Allreduce the same way.
+//
+// allreduce --strategy auto|mpr|mrr|har runs the layout-aware reduction
+// (collective.Layout) of the GMI-to-GPU mapping that the launcher set
+// (GEAR_GMI_LAYOUT, from gearrun --gmi-per-gpu K), or of --layout, with
+// Algorithm 1's strategy or the one named; its lines carry the strategy. Its
+// busbw uses the same factor as the plain AllReduce, so the strategies compare
+// by time.
 
 func benchAllReduce(args []string, out io.Writer) error {
 	return runCollectiveBench("allreduce", args, out, openWorld)
@@ -104,8 +112,14 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 	stream := fs.String("stream", "default", "smallest call written with streaming stores (Tuning.StreamBytes); \"never\" for none")
 	spin := fs.Duration("spin", -1, "shared-memory spin before sleeping (Tuning.Spin); negative: default")
 	bind := fs.String("bind", "auto", "pin every rank to one core: auto (when the host has a core per rank, as mpirun does), core, none")
+	strategyFlag := fs.String("strategy", "", "allreduce only: run the layout-aware reduction of GEAR_GMI_LAYOUT (or --layout) with this strategy: auto (Algorithm 1), mpr, mrr, har")
+	layoutFlag := fs.String("layout", "", "allreduce only: the GMI-to-GPU mapping list, e.g. [[0,1,2],[3,4,5]], instead of GEAR_GMI_LAYOUT; implies --strategy auto")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%v (flags: --sizes LIST --iters K --json --timeout D --bind auto|core|none --chunk B --ring B --small B --small-bcast B --stream B|never --spin D)", err)
+		return fmt.Errorf("%v (flags: --sizes LIST --iters K --json --timeout D --bind auto|core|none --chunk B --ring B --small B --small-bcast B --stream B|never --spin D --strategy auto|mpr|mrr|har --layout LIST)", err)
+	}
+	layout, err := parseLayoutFlags(op, *strategyFlag, *layoutFlag)
+	if err != nil {
+		return err
 	}
 	tuning := def
 	for _, f := range []struct {
@@ -161,6 +175,16 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 		return err
 	}
 	defer done()
+	var strategy kv
+	if layout != nil {
+		l, err := layout.build(ctx, c)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		mk = func(c *collective.Comm, size int) *benchCase { return allReduceLayoutCase(l, size) }
+		strategy = kv{"strategy", string(l.Strategy())}
+	}
 	if *bind == "core" || *bind == "auto" && localSize <= runtime.NumCPU() {
 		if err := bindToCore(local % runtime.NumCPU()); err != nil {
 			return err
@@ -208,13 +232,69 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 			algbw = float64(bc.bytes) / sec
 		}
 		if c.Rank() == 0 {
-			if err := em.emit(kv{"op", op}, kv{"np", c.Size()}, kv{"bytes", bc.bytes}, kv{"seconds", sec},
-				kv{"algbw", algbw}, kv{"busbw", algbw * bc.busbw}); err != nil {
+			fields := []kv{{"op", op}, {"np", c.Size()}}
+			if layout != nil {
+				fields = append(fields, strategy)
+			}
+			fields = append(fields, kv{"bytes", bc.bytes}, kv{"seconds", sec}, kv{"algbw", algbw}, kv{"busbw", algbw * bc.busbw})
+			if err := em.emit(fields...); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// layoutRequest is what --strategy and --layout ask for.
+type layoutRequest struct {
+	strategy gmi.Strategy // "": Algorithm 1's choice
+	mapping  gmi.Mapping  // nil: GEAR_GMI_LAYOUT
+}
+
+// parseLayoutFlags reads --strategy and --layout; nil when neither is set.
+func parseLayoutFlags(op, strategy, layout string) (*layoutRequest, error) {
+	if strategy == "" && layout == "" {
+		return nil, nil
+	}
+	if op != "allreduce" {
+		return nil, fmt.Errorf("--strategy and --layout apply to allreduce only")
+	}
+	req := &layoutRequest{}
+	switch strategy {
+	case "", "auto":
+	case "mpr":
+		req.strategy = gmi.MultiProcess
+	case "mrr":
+		req.strategy = gmi.MultiRing
+	case "har":
+		req.strategy = gmi.Hierarchical
+	default:
+		s, err := gmi.ParseStrategy(strategy)
+		if err != nil {
+			return nil, fmt.Errorf("--strategy %q: want auto, mpr, mrr or har", strategy)
+		}
+		req.strategy = s
+	}
+	if layout != "" {
+		m, err := gmi.ParseMapping(layout)
+		if err != nil {
+			return nil, fmt.Errorf("--layout: %w", err)
+		}
+		req.mapping = m
+	}
+	return req, nil
+}
+
+// build makes the layout on c (collective: every rank of c).
+func (r *layoutRequest) build(ctx context.Context, c *collective.Comm) (*collective.Layout, error) {
+	var opts []collective.LayoutOption
+	if r.strategy != "" {
+		opts = append(opts, collective.WithStrategy(r.strategy))
+	}
+	if r.mapping != nil {
+		return collective.NewLayout(ctx, c, r.mapping, opts...)
+	}
+	return collective.LayoutFromEnv(ctx, c, opts...)
 }
 
 // checkedCall runs one call on fresh inputs and checks it on every rank; the
@@ -285,6 +365,19 @@ func value(r, i int) float32 { return float32(r + 1 + i%7) }
 func busFactor(n int) float64 { return float64(n-1) / float64(n) }
 
 func allReduceCase(c *collective.Comm, size int) *benchCase {
+	return allReduceWith(c, size, func(ctx context.Context, buf []float32) error {
+		return collective.AllReduce(ctx, c, buf, collective.Sum)
+	})
+}
+
+// allReduceLayoutCase is allReduceCase through a layout-aware reduction.
+func allReduceLayoutCase(l *collective.Layout, size int) *benchCase {
+	return allReduceWith(l.Comm(), size, func(ctx context.Context, buf []float32) error {
+		return collective.LayoutAllReduce(ctx, l, buf, collective.Sum)
+	})
+}
+
+func allReduceWith(c *collective.Comm, size int, allReduce func(ctx context.Context, buf []float32) error) *benchCase {
 	n, r := c.Size(), c.Rank()
 	buf := make([]float32, size/4)
 	return &benchCase{
@@ -294,7 +387,7 @@ func allReduceCase(c *collective.Comm, size int) *benchCase {
 				buf[i] = value(r, i)
 			}
 		},
-		run: func(ctx context.Context) error { return collective.AllReduce(ctx, c, buf, collective.Sum) },
+		run: func(ctx context.Context) error { return allReduce(ctx, buf) },
 		check: func() error {
 			for i, v := range buf {
 				if want := float32(n*(n+1)/2 + n*(i%7)); v != want {

@@ -91,3 +91,64 @@ func TestBenchCollectivesThreeRanks(t *testing.T) {
 		}
 	})
 }
+
+// allreduce --strategy and --layout: the layout-aware reduction, each strategy
+// on four real ranks at two per virtual GPU, checked like the plain AllReduce.
+func TestBenchAllReduceLayout(t *testing.T) {
+	launchtest.RunRanks(t, 4, func(t *testing.T, w *rank.World) {
+		runs := 0
+		open := func(ctx context.Context, opts ...collective.Option) (*collective.Comm, int, int, func(), error) {
+			runs++
+			c, err := collective.New(ctx, w, append(opts, collective.WithName(fmt.Sprintf("bench%d", runs)))...)
+			if err != nil {
+				return nil, 0, 0, nil, err
+			}
+			return c, w.LocalRank(), w.LocalSize(), func() { c.Close() }, nil
+		}
+		for _, tc := range []struct{ flag, want string }{
+			{"auto", "multi-ring"}, {"mpr", "multi-process"}, {"mrr", "multi-ring"}, {"har", "hierarchical"},
+		} {
+			var out bytes.Buffer
+			args := []string{"--sizes", "16,96K", "--iters", "2", "--json", "--bind", "none", "--strategy", tc.flag, "--layout", "[[0,1],[2,3]]"}
+			if err := runCollectiveBench("allreduce", args, &out, open); err != nil {
+				t.Fatalf("rank %d: --strategy %s: %v", w.Rank(), tc.flag, err)
+			}
+			if w.Rank() != 0 {
+				continue
+			}
+			collectiveLines(t, out.String(), "allreduce", 4, []int{16, 96 << 10})
+			for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				if !strings.HasPrefix(l, `{"op":"allreduce","np":4,"strategy":"`+tc.want+`","bytes":`) {
+					t.Fatalf("--strategy %s: line %q, want strategy %s", tc.flag, l, tc.want)
+				}
+			}
+		}
+	})
+}
+
+func TestBenchLayoutFlags(t *testing.T) {
+	for _, tc := range []struct {
+		op   string
+		args []string
+		want string
+	}{
+		{"broadcast", []string{"--strategy", "har"}, "apply to allreduce only"},
+		{"allreduce", []string{"--strategy", "ring"}, `--strategy "ring": want auto, mpr, mrr or har`},
+		{"allreduce", []string{"--layout", "[[0],[0]]"}, "--layout: gmi: mapping"},
+		{"allreduce", []string{"--layout", "[[0],[1]]", "--bind", "none"}, "names world ranks [0 1], but the communicator's ranks are world ranks [0]"},
+	} {
+		var out bytes.Buffer
+		err := runCollectiveBench(tc.op, append(tc.args, "--sizes", "8", "--iters", "1"), &out, openWorld)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s %v: %v, want %q", tc.op, tc.args, err, tc.want)
+		}
+	}
+	// A world of one without a layout: multi-process, trivially.
+	var out bytes.Buffer
+	if err := runCollectiveBench("allreduce", []string{"--sizes", "8", "--iters", "1", "--json", "--bind", "none", "--strategy", "auto"}, &out, openWorld); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `"strategy":"multi-process"`) {
+		t.Errorf("output %q", out.String())
+	}
+}
