@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"gear/collective"
+	"gear/cuda"
 )
 
 // Mode is how a distributed table selects a sampled batch.
@@ -82,6 +83,13 @@ func WithSeed(seed uint64) DistOption { return func(d *DistTable) { d.seed = see
 // communication fails, and with it the communicator.
 func WithCancelGrace(dt time.Duration) DistOption { return func(d *DistTable) { d.grace = dt } }
 
+// WithNCCL gives CollectDevice the NCCL communicator through which owners send
+// remote rows, device to device: rank r of nc must be rank r of the table's
+// communicator, on the device the local shard table is registered with
+// (ShardTable.RegisterDevice). The table does not own nc; it uses it only inside
+// CollectDevice, so another user's NCCL calls must not run meanwhile.
+func WithNCCL(nc *cuda.NCCLComm) DistOption { return func(d *DistTable) { d.nccl = nc } }
+
 // WithSyncInterval sets how often a Sample that the rate limiter holds back looks
 // at the global counts again (default 2ms; a local change also wakes it).
 func WithSyncInterval(dt time.Duration) DistOption { return func(d *DistTable) { d.every = dt } }
@@ -111,6 +119,7 @@ type DistTable struct {
 	seed     uint64
 	every    time.Duration
 	grace    time.Duration
+	nccl     *cuda.NCCLComm // remote rows of CollectDevice; nil without
 
 	opMu   sync.Mutex // one collective call at a time
 	calls  uint64
@@ -121,6 +130,7 @@ type DistTable struct {
 	syncBuf []float64
 	picks   []Pick
 	slots   []int
+	seen    []int64 // by slot: picks of a split draw so far
 }
 
 // globalState is what the last sync learned: every shard's state and the global
@@ -255,6 +265,9 @@ func (d *DistTable) checkOptions() error {
 		return fmt.Errorf("sample: distributed table %q: sync interval %v: want > 0", name, d.every)
 	case d.grace < 0:
 		return fmt.Errorf("sample: distributed table %q: cancel grace %v: want >= 0", name, d.grace)
+	case d.nccl != nil && (d.nccl.Rank() != d.rank || d.nccl.Size() != d.size):
+		return fmt.Errorf("sample: distributed table %q: NCCL communicator is rank %d of %d, the table's communicator rank %d of %d: they must match",
+			name, d.nccl.Rank(), d.nccl.Size(), d.rank, d.size)
 	}
 	if _, ok := d.t.sampler.(Ordered); !ok && d.ordered() {
 		return fmt.Errorf("sample: distributed table %q: the %v sampler does not list its order", name, d.kind)
@@ -654,23 +667,51 @@ func (d *DistTable) splitDraw(ctx context.Context, g *globalState, b *Batch) err
 		most = max(most, c)
 	}
 	send := make([]byte, most*pickBytes)
+	var drawErr error
 	if mine > 0 {
 		if cap(d.picks) < mine {
 			d.picks = make([]Pick, mine)
 		}
 		picks := d.picks[:mine]
-		t.sampler.Sample(d.localRand(), picks)
-		scale := weights[d.rank] / total
-		for i, p := range picks {
-			it, _ := t.applyPickLocked(p.Slot, nil)
-			s := Sampled{Item: it, Probability: p.Probability * scale, TableSize: int(g.size)}
-			s.Index = d.rank*d.capacity + it.Index
-			encodePick(send[i*pickBytes:], &s)
+		if drawErr = t.drawLocked(ctx, d.localRand(), picks); drawErr != nil {
+			// The others learn of it from the exchange: a first pick of index -1.
+			le.PutUint64(send, ^uint64(0))
+		} else {
+			// The picks count once every rank's draw has succeeded (below), but
+			// the batch shows them counted: a slot picked twice shows 1, then 2.
+			scale := weights[d.rank] / total
+			if len(d.seen) < len(t.items) {
+				d.seen = make([]int64, len(t.items))
+			}
+			for i, p := range picks {
+				it := t.items[p.Slot]
+				d.seen[p.Slot]++
+				it.TimesSampled += d.seen[p.Slot]
+				s := Sampled{Item: it, Probability: p.Probability * scale, TableSize: int(g.size)}
+				s.Index = d.rank*d.capacity + it.Index
+				encodePick(send[i*pickBytes:], &s)
+			}
+			for _, p := range picks {
+				d.seen[p.Slot] = 0
+			}
 		}
 	}
 	all := make([]byte, len(send)*d.size)
 	if err := collective.AllGather(ctx, d.comm, send, all); err != nil {
 		return fmt.Errorf("sample: distributed table %q: split draw: %w", t.name, err)
+	}
+	for r, c := range counts {
+		if c > 0 && le.Uint64(all[r*len(send):]) == ^uint64(0) {
+			if r == d.rank {
+				return fmt.Errorf("sample: distributed table %q: split draw: %w", t.name, drawErr)
+			}
+			return fmt.Errorf("sample: distributed table %q: split draw: rank %d's local draw failed", t.name, r)
+		}
+	}
+	if mine > 0 {
+		for _, p := range d.picks[:mine] {
+			t.applyPickLocked(p.Slot, nil)
+		}
 	}
 	next := make([]int, d.size)
 	for i, s := range positions {
@@ -710,18 +751,28 @@ func (d *DistTable) centralDraw(ctx context.Context, g *globalState, b *Batch) e
 		if err := collective.Send(cctx, d.comm, mineBytes, d.root, tagCentral); err != nil {
 			return fmt.Errorf("sample: distributed table %q: centralized draw: %w", t.name, err)
 		}
-	} else {
-		got, err := d.rootDraw(cctx, g, mineBytes, b.Items)
-		if err != nil {
-			return err
-		}
-		le.PutUint64(out, uint64(got))
-		for i := range got {
-			encodePick(out[8+i*pickBytes:], &b.Items[i])
+	}
+	var rootErr error
+	if d.rank == d.root {
+		var got int
+		got, rootErr = d.rootDraw(cctx, g, mineBytes, b.Items)
+		if rootErr != nil {
+			le.PutUint64(out, ^uint64(0)) // tells the others
+		} else {
+			le.PutUint64(out, uint64(got))
+			for i := range got {
+				encodePick(out[8+i*pickBytes:], &b.Items[i])
+			}
 		}
 	}
 	if err := collective.Broadcast(cctx, d.comm, out, d.root); err != nil {
 		return fmt.Errorf("sample: distributed table %q: centralized draw: %w", t.name, err)
+	}
+	if le.Uint64(out) == ^uint64(0) {
+		if rootErr != nil {
+			return rootErr
+		}
+		return fmt.Errorf("sample: distributed table %q: centralized draw: the draw at root %d failed", t.name, d.root)
 	}
 	got := int(le.Uint64(out))
 	b.Items = b.Items[:got]
@@ -749,10 +800,12 @@ func (d *DistTable) rootDraw(ctx context.Context, g *globalState, mine []byte, d
 		sampler = p
 	}
 	tmp, err := NewTable(Config{Name: t.name, MaxSize: int(max(g.size, 1)), Sampler: sampler, Remover: NewFIFO(),
-		MaxTimesSampled: d.maxTimes, RateLimit: d.rl, Source: rand.NewPCG(d.seed, d.calls*0x9e3779b97f4a7c15+1)})
+		MaxTimesSampled: d.maxTimes, RateLimit: d.rl, Source: rand.NewPCG(d.seed, d.calls*0x9e3779b97f4a7c15+1),
+		Selection: t.selection})
 	if err != nil {
 		return 0, err
 	}
+	defer tmp.Close()
 	tmp.rows = true
 	slot := 0
 	for r := range d.size {
@@ -772,11 +825,12 @@ func (d *DistTable) rootDraw(ctx context.Context, g *globalState, mine []byte, d
 		}
 	}
 	tmp.limiter = g.lim
-	// The global limiter allowed len(dst) samples: a done context makes the
-	// temporary table take them without waiting.
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	got, err := tmp.sampleInto(done, dst, nil)
+	// The global limiter allowed len(dst) samples, so the temporary table takes
+	// them without waiting; ctx is for a device selection's draws.
+	if !tmp.limiter.CanSample(1) {
+		return 0, fmt.Errorf("sample: distributed table %q: centralized draw at the root: internal error: the limiter refuses the batch it allowed", t.name)
+	}
+	got, err := tmp.sampleInto(ctx, dst, nil)
 	if err != nil {
 		return 0, fmt.Errorf("sample: distributed table %q: centralized draw at the root: %w", t.name, err)
 	}
@@ -802,12 +856,12 @@ func (t *Table) load(slot int, it Item) {
 func (d *DistTable) mergeDraw(ctx context.Context, g *globalState, b *Batch) error {
 	t := d.t
 	n := len(b.Items)
-	o := t.sampler.(Ordered)
 	k := n
 	if d.maxTimes == 0 {
 		k = 1 // the first item takes every pick
 	}
-	d.slots = o.Best(k, d.slots[:0])
+	var bestErr error
+	d.slots, bestErr = t.bestLocked(ctx, k, d.slots[:0])
 	send := make([]byte, 8+n*candidateBytes)
 	var budgets int64
 	count := 0
@@ -826,9 +880,15 @@ func (d *DistTable) mergeDraw(ctx context.Context, g *globalState, b *Batch) err
 		count++
 	}
 	le.PutUint64(send, uint64(count))
+	if bestErr != nil {
+		le.PutUint64(send, badCount)
+	}
 	all := make([]byte, len(send)*d.size)
 	if err := collective.AllGather(ctx, d.comm, send, all); err != nil {
 		return fmt.Errorf("sample: distributed table %q: decentralized draw: %w", t.name, err)
+	}
+	if err := d.candidatesFailed(all, len(send), "decentralized draw", bestErr); err != nil {
+		return err
 	}
 	lists := decodeLists(all, len(send), d.size)
 	lim := g.lim
@@ -871,9 +931,15 @@ func (d *DistTable) Top(ctx context.Context, k int) ([]Item, error) {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("%w: top on distributed table %q", ErrClosed, t.name)
 	}
-	d.slots = t.sampler.(Ordered).Best(k, d.slots[:0])
+	cctx, stop := graceful(ctx, d.grace)
+	defer stop()
+	var bestErr error
+	d.slots, bestErr = t.bestLocked(ctx, k, d.slots[:0])
 	send := make([]byte, 8+k*candidateBytes)
 	le.PutUint64(send, uint64(len(d.slots)))
+	if bestErr != nil {
+		le.PutUint64(send, badCount)
+	}
 	for i, slot := range d.slots {
 		it := &t.items[slot]
 		c := candidate{Shard: int32(d.rank), Slot: int32(slot), Key: it.Key, Priority: it.Priority,
@@ -882,10 +948,11 @@ func (d *DistTable) Top(ctx context.Context, k int) ([]Item, error) {
 	}
 	t.mu.Unlock()
 	all := make([]byte, len(send)*d.size)
-	cctx, stop := graceful(ctx, d.grace)
-	defer stop()
 	if err := collective.AllGather(cctx, d.comm, send, all); err != nil {
 		return nil, fmt.Errorf("sample: distributed table %q: top: %w", t.name, err)
+	}
+	if err := d.candidatesFailed(all, len(send), "top", bestErr); err != nil {
+		return nil, err
 	}
 	lists := decodeLists(all, len(send), d.size)
 	picks := mergeOrdered(d.kind, lists, k, nil, nil)
@@ -896,6 +963,26 @@ func (d *DistTable) Top(ctx context.Context, k int) ([]Item, error) {
 			Inserted: c.Inserted, Seq: c.Seq, Index: int(c.Shard)*d.capacity + int(c.Slot)}
 	}
 	return out, nil
+}
+
+// badCount, as a candidate block's count, says that the rank could not list its
+// candidates.
+const badCount = ^uint64(0)
+
+// candidatesFailed returns an error, the same decision on every rank, when a
+// rank's candidate block says it could not list its candidates; mine is this
+// rank's own failure.
+func (d *DistTable) candidatesFailed(all []byte, block int, op string, mine error) error {
+	for r := range d.size {
+		if le.Uint64(all[r*block:]) != badCount {
+			continue
+		}
+		if r == d.rank && mine != nil {
+			return fmt.Errorf("sample: distributed table %q: %s: %w", d.t.name, op, mine)
+		}
+		return fmt.Errorf("sample: distributed table %q: %s: rank %d could not list its candidates", d.t.name, op, r)
+	}
+	return nil
 }
 
 // decodeLists reads every rank's candidate block (a count, then candidates).

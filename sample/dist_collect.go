@@ -57,27 +57,8 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 	if d.st == nil {
 		return nil, errNoShard
 	}
-	plans, argErr := planColumns(d.st.shard, columns, w)
-	// One exchange settles the arguments and the request counts: per rank, an
-	// error flag, a digest of columns and window, and how many rows it wants
-	// from every rank.
-	m := d.size
-	row := make([]int64, 2+m)
-	row[1] = int64(hashSpec(fmt.Sprintf("%q %+v", columns, w)))
-	byOwner := make([][]int, m) // positions of the items each owner gives, in order
-	for k, idx := range indices {
-		if idx < 0 || idx >= m*d.capacity {
-			if argErr == nil {
-				argErr = fmt.Errorf("sample: distributed table %q: collect: index %d out of range [0, %d)", name, idx, m*d.capacity)
-			}
-			continue
-		}
-		row[2+idx/d.capacity]++
-		byOwner[idx/d.capacity] = append(byOwner[idx/d.capacity], k)
-	}
-	if argErr != nil {
-		row[0] = 1
-	}
+	a := d.collectArgs(indices, columns, w)
+	plans, byOwner := a.plans, a.byOwner
 	per := 0
 	for _, p := range plans {
 		per += p.itemBytes()
@@ -85,7 +66,7 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 	// Local rows are copied while the ranks agree and exchange.
 	var wg sync.WaitGroup
 	var localErr error
-	if argErr == nil {
+	if a.err == nil {
 		dst = allocOut(dst, plans, len(indices))
 		if mine := byOwner[d.rank]; len(mine) > 0 {
 			wg.Add(1)
@@ -103,22 +84,10 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 		}
 	}
 	defer wg.Wait()
-	all := make([]int64, len(row)*m)
-	if err := collective.AllGather(cctx, d.comm, row, all); err != nil {
-		return nil, fmt.Errorf("sample: distributed table %q: collect: %w", name, err)
+	wants, err := d.agreeCollect(cctx, a)
+	if err != nil {
+		return nil, err
 	}
-	for r := range m {
-		v := all[r*len(row):]
-		switch {
-		case v[0] != 0 && argErr != nil:
-			return nil, argErr
-		case v[0] != 0:
-			return nil, fmt.Errorf("sample: distributed table %q: collect: rank %d's arguments are bad", name, r)
-		case v[1] != all[1]:
-			return nil, fmt.Errorf("sample: distributed table %q: collect: rank %d asks for other columns or another window than rank 0", name, r)
-		}
-	}
-	wants := func(from, owner int) int { return int(all[from*len(row)+2+owner]) }
 
 	var missing error
 	xerr := d.exchange(cctx, func(peer int, first bool) error {
@@ -161,6 +130,61 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 		return nil, missing
 	}
 	return dst, nil
+}
+
+// collectArgs is one rank's side of a collective collection: the column plans,
+// the positions of the items each owner gives (in order), and the row every rank
+// shares before the exchange: an error flag, a digest of the columns and window,
+// and how many rows it wants from every rank. err is this rank's argument error;
+// a caller may set it, for failures of its own, before agreeCollect.
+type collectArgs struct {
+	plans   []colPlan
+	byOwner [][]int
+	row     []int64
+	err     error
+}
+
+func (d *DistTable) collectArgs(indices []int, columns []string, w Window) *collectArgs {
+	a := &collectArgs{row: make([]int64, 2+d.size), byOwner: make([][]int, d.size)}
+	a.plans, a.err = planColumns(d.st.shard, columns, w)
+	a.row[1] = int64(hashSpec(fmt.Sprintf("%q %+v", columns, w)))
+	for k, idx := range indices {
+		if idx < 0 || idx >= d.size*d.capacity {
+			if a.err == nil {
+				a.err = fmt.Errorf("sample: distributed table %q: collect: index %d out of range [0, %d)", d.t.name, idx, d.size*d.capacity)
+			}
+			continue
+		}
+		a.row[2+idx/d.capacity]++
+		a.byOwner[idx/d.capacity] = append(a.byOwner[idx/d.capacity], k)
+	}
+	return a
+}
+
+// agreeCollect shares every rank's collectArgs row, so that an argument error on
+// any rank fails the call on every rank, and returns how many rows each rank wants
+// from each owner.
+func (d *DistTable) agreeCollect(ctx context.Context, a *collectArgs) (wants func(from, owner int) int, err error) {
+	if a.err != nil {
+		a.row[0] = 1
+	}
+	m, n := d.size, len(a.row)
+	all := make([]int64, n*m)
+	if err := collective.AllGather(ctx, d.comm, a.row, all); err != nil {
+		return nil, fmt.Errorf("sample: distributed table %q: collect: %w", d.t.name, err)
+	}
+	for r := range m {
+		v := all[r*n:]
+		switch {
+		case v[0] != 0 && a.err != nil:
+			return nil, a.err
+		case v[0] != 0:
+			return nil, fmt.Errorf("sample: distributed table %q: collect: rank %d's arguments are bad", d.t.name, r)
+		case v[1] != all[1]:
+			return nil, fmt.Errorf("sample: distributed table %q: collect: rank %d asks for other columns or another window than rank 0", d.t.name, r)
+		}
+	}
+	return func(from, owner int) int { return int(all[from*n+2+owner]) }, nil
 }
 
 // exchange runs fn once with every other rank, in rounds of disjoint pairs (the

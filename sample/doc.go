@@ -51,12 +51,35 @@
 //  4. Batch.Release on every rank after the Collect calls that read the batch.
 //  5. Close on every rank, then the local tables.
 //
+// # On the GPU, in order
+//
+//  1. OpenDevice(ordinal) (or a *cuda.Device of the caller's); without a driver its
+//     error wraps cuda.ErrNoDriver, and the host paths need none.
+//  2. ShardTable.RegisterDevice(dev) pins and maps the shard's column tables once.
+//     In a distributed table, pass WithNCCL(nc) to NewDistTable, nc being an NCCL
+//     communicator on dev whose ranks are the table's.
+//  3. ItemBytes(columns, w) sizes the device buffers; CollectDevice(ctx, stream,
+//     dst, indices, columns, w) (collective on a DistTable) fills them as
+//     Collect fills host buffers, and returns once they hold the items.
+//  4. For selection on the GPU, NewDeviceSelection(dev) (or NewTwinSelection for
+//     the CPU twins, which pick the same) in Config.Selection.
+//  5. Close the tables (which unregisters the device), then the selection, the
+//     NCCL communicator and the device, then the shards.
+//
 // # Buffer ownership
 //
 // A Sampled batch (a slice, or a Batch's Items) is the caller's: the tables keep no
 // reference to it, and SampleInto writes only into what it is given. Collect's
 // buffers are the caller's; CollectInto reuses those it is given. A table never
 // touches the data an Item's Ref names; Config.OnDelete tells when an item leaves.
+//
+// Device buffers: CollectDevice's dst is the caller's; the collection writes it
+// only from the stream it is given, and not after the call returns, except that
+// a call whose context ended while the device worked leaves the kernel writing
+// it until the stream passes that work (and the rows it reads pinned until the
+// next device collection or UnregisterDevice). The registered column tables are
+// the shard's; a DeviceSelection's mirrors and a registration's staging buffers
+// are theirs alone.
 //
 // Shard rows: a row sampled and not deleted stays valid while its item is in the
 // table. A row that the sample itself deleted (max_times_sampled) stays pinned in

@@ -13,7 +13,8 @@ type Heap struct {
 	stamp []uint64  // by slot: when inserted or last updated
 	clock uint64
 
-	cand []int32 // scratch for Best
+	cand  []int32    // scratch for Best
+	dirty dirtyPages // pages of slots changed, for a DeviceSelection's mirror
 }
 
 var _ Ordered = (*Heap)(nil)
@@ -74,6 +75,7 @@ func (h *Heap) Insert(slot int, priority float64) error {
 	h.pos[slot] = int32(len(h.heap))
 	h.heap = append(h.heap, int32(slot))
 	h.up(len(h.heap) - 1)
+	h.dirty.mark(slot)
 	return nil
 }
 
@@ -92,6 +94,7 @@ func (h *Heap) Update(slot int, priority float64) error {
 	if !h.up(i) {
 		h.down(i)
 	}
+	h.dirty.mark(slot)
 	return nil
 }
 
@@ -107,6 +110,7 @@ func (h *Heap) Delete(slot int) {
 	}
 	h.heap = h.heap[:last]
 	h.pos[slot] = -1
+	h.dirty.mark(slot)
 	if i != last {
 		if !h.up(i) {
 			h.down(i)
@@ -161,6 +165,7 @@ func (h *Heap) Clear() {
 		h.pos[s] = -1
 	}
 	h.heap = h.heap[:0]
+	h.dirty.markAll()
 }
 
 // Priority is the priority of a present slot.

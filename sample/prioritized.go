@@ -22,6 +22,7 @@ type Prioritized struct {
 	exponent float64
 	idx      slotIndex // the present slots, for Len and the all-zero fallback
 	tree     sumTree
+	dirty    dirtyPages // pages of weights changed, for a DeviceSelection's mirror
 
 	us      []float64 // scratch for Sample
 	nodes   []int32
@@ -92,6 +93,7 @@ func (p *Prioritized) Insert(slot int, priority float64) error {
 		p.tree.grow(max(2*len(p.tree.w), slot+1))
 	}
 	p.tree.set(slot, w)
+	p.dirty.mark(slot)
 	return nil
 }
 
@@ -105,6 +107,7 @@ func (p *Prioritized) Update(slot int, priority float64) error {
 		return errSlot(KindPrioritized, slot, false)
 	}
 	p.tree.set(slot, w)
+	p.dirty.mark(slot)
 	return nil
 }
 
@@ -115,6 +118,7 @@ func (p *Prioritized) Delete(slot int) {
 	}
 	p.idx.remove(slot)
 	p.tree.set(slot, 0)
+	p.dirty.mark(slot)
 }
 
 // Sample draws len(dst) slots with replacement, each with probability
@@ -155,6 +159,7 @@ func (p *Prioritized) Len() int { return len(p.idx.slots) }
 func (p *Prioritized) Clear() {
 	p.idx.clear()
 	p.tree.clear()
+	p.dirty.markAll()
 }
 
 // Total is the sum of the weights p^c of the present slots.

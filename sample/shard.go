@@ -33,6 +33,9 @@ type ShardTable struct {
 	lastErr  error
 	progress chan struct{} // closed and replaced when next advances
 	closed   bool
+	gpu      *deviceTables // the registration with a device, if any
+
+	devMu sync.Mutex // serialises RegisterDevice, UnregisterDevice and Close's unregistration
 
 	kick   chan struct{}
 	ctx    context.Context
@@ -388,9 +391,11 @@ func (st *ShardTable) Info() ShardInfo {
 	return ShardInfo{Info: info, Admitted: st.next, Held: len(st.held), Refused: st.refused, LastRefusal: st.lastErr}
 }
 
-// Close stops admitting commits, wakes every waiting call with ErrClosed and
-// unpins the rows still held by unreleased batches. It is idempotent; the shard
-// stays open (the caller closes it after the table).
+// Close stops admitting commits, wakes every waiting call with ErrClosed, waits
+// for the last collection into device memory and unregisters the device (see
+// RegisterDevice), and unpins the rows still held by unreleased batches. It is
+// idempotent; the shard stays open (the caller closes it after the table), and so
+// does a registered device (closed after the table).
 func (st *ShardTable) Close() error {
 	st.mu.Lock()
 	if st.closed {
@@ -402,11 +407,13 @@ func (st *ShardTable) Close() error {
 	st.cancel()
 	_ = st.t.Close()
 	<-st.done
+	// The device's last collection may still read held rows: it ends first.
+	err := st.UnregisterDevice(context.Background())
 	st.mu.Lock()
 	for r, v := range st.held {
 		v.Done()
 		delete(st.held, r)
 	}
 	st.mu.Unlock()
-	return nil
+	return err
 }

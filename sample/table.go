@@ -77,6 +77,12 @@ type Config struct {
 	// max_times_sampled, explicit deletes, Reset), with the table's lock held: it
 	// must be quick and must not call the table.
 	OnDelete func(Item)
+	// Selection, when set, runs a prioritized sampler's draws (and, in a
+	// distributed table, a heap sampler's top-k) with GEAR's selection kernels,
+	// on a GPU or with their CPU twins; see DeviceSelection for what its picks
+	// share with the sampler's own. The table does not own it; close the table
+	// first.
+	Selection *DeviceSelection
 }
 
 // Info is a table's state at one moment.
@@ -99,14 +105,15 @@ type Info struct {
 // and priorities, a sampler and a remover, max_times_sampled, and a rate limiter on
 // which Insert and Sample block. It is safe for concurrent use.
 type Table struct {
-	name     string
-	maxSize  int
-	maxTimes int64
-	sampler  Selector
-	remover  Selector
-	rng      *rand.Rand
-	clock    func() int64
-	onDelete func(Item)
+	name      string
+	maxSize   int
+	maxTimes  int64
+	sampler   Selector
+	remover   Selector
+	rng       *rand.Rand
+	clock     func() int64
+	onDelete  func(Item)
+	selection *DeviceSelection
 
 	mu            sync.Mutex
 	limiter       RateLimiter
@@ -162,18 +169,19 @@ func NewTable(cfg Config) (*Table, error) {
 		src = rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)
 	}
 	return &Table{
-		name:     cfg.Name,
-		maxSize:  cfg.MaxSize,
-		maxTimes: cfg.MaxTimesSampled,
-		sampler:  cfg.Sampler,
-		remover:  cfg.Remover,
-		rng:      rand.New(src),
-		clock:    clock,
-		onDelete: cfg.OnDelete,
-		limiter:  *lim,
-		index:    make(map[uint64]int32),
-		wake:     make(chan struct{}),
-		done:     make(chan struct{}),
+		name:      cfg.Name,
+		maxSize:   cfg.MaxSize,
+		maxTimes:  cfg.MaxTimesSampled,
+		sampler:   cfg.Sampler,
+		remover:   cfg.Remover,
+		rng:       rand.New(src),
+		clock:     clock,
+		onDelete:  cfg.OnDelete,
+		selection: cfg.Selection,
+		limiter:   *lim,
+		index:     make(map[uint64]int32),
+		wake:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}, nil
 }
 
@@ -252,7 +260,8 @@ func (t *Table) insert(ctx context.Context, it Item, atRow bool) (bool, error) {
 // next pick.
 //
 // Errors: ErrClosed; the context's error when it ends before one item could be
-// sampled.
+// sampled; with a Config.Selection, its errors (the device's, or the context's
+// while the device draws), returned with the items picked before.
 func (t *Table) Sample(ctx context.Context, n int) ([]Sampled, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("sample: table %q: sample of %d items: want n >= 1", t.name, n)
@@ -296,7 +305,10 @@ func (t *Table) sampleInto(ctx context.Context, dst []Sampled, onDeleted func(It
 		}
 		picks := t.picks[:allowed]
 		size := t.sampler.Len()
-		t.sampler.Sample(t.rng, picks)
+		if err := t.drawLocked(ctx, t.rng, picks); err != nil {
+			t.notify()
+			return got, fmt.Errorf("sample: table %q: sample: %w", t.name, err)
+		}
 		// The picks were drawn from one state; they stay valid until a pick
 		// deletes its item, and the rest of the chunk is then drawn again.
 		// Touch every picked item first: these loads are independent, so their
@@ -462,6 +474,9 @@ func (t *Table) Close() error {
 	if !t.closed {
 		t.closed = true
 		close(t.done)
+		if t.selection != nil {
+			t.selection.forget(t.sampler)
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"gear/cuda"
+	"gear/rank"
+	"gear/sample"
+	"gear/store"
 )
 
 // gpuConfig is the configuration of `gearbench gpu`.
@@ -104,7 +108,11 @@ func benchGPU(args []string, out io.Writer) error {
 		return err
 	}
 	defer dev.DestroyStream(s)
-	if err := benchGather(ctx, e, c, dev, s); err != nil {
+	copySecs, err := benchGather(ctx, e, c, dev, s)
+	if err != nil {
+		return err
+	}
+	if err := benchCollectDevice(ctx, e, c, dev, s, copySecs); err != nil {
 		return err
 	}
 	return benchSampling(ctx, e, c, dev, s)
@@ -148,11 +156,13 @@ func timeEvents(ctx context.Context, dev *cuda.Device, s cuda.Stream, reps int, 
 	return median(secs), nil
 }
 
-func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream) error {
+// benchGather times the gather kernel over a registered table, and the pinned
+// copy of the same bytes, which it returns.
+func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream) (float64, error) {
 	// The column table: shared memory as a shard maps it, registered mapped.
 	table, err := unix.Mmap(-1, 0, c.capacity*c.blockBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
 	if err != nil {
-		return fmt.Errorf("mapping the column table: %w", err)
+		return 0, fmt.Errorf("mapping the column table: %w", err)
 	}
 	defer unix.Munmap(table)
 	r := rand.New(rand.NewPCG(c.seed, 1))
@@ -161,7 +171,7 @@ func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, 
 	}
 	tdev, err := dev.RegisterHost(table)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer dev.UnregisterHost(table)
 	idx := make([]int64, c.blocks)
@@ -172,35 +182,35 @@ func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, 
 	total := c.blocks * c.blockBytes
 	dst, err := dev.Alloc(total)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer dev.Free(dst)
 	g, err := dev.NewGatherer()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer g.Close()
 	gatherSecs, err := timeEvents(ctx, dev, s, c.reps, func() error {
 		return g.Gather(ctx, s, dst, tdev, idx, nil, spec)
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	got := make([]byte, total)
 	if err := dev.CopyDtoH(got, dst); err != nil {
-		return err
+		return 0, err
 	}
 	want := make([]byte, total)
 	if err := cuda.GatherCPU(want, table, idx, nil, spec); err != nil {
-		return err
+		return 0, err
 	}
 	if !slices.Equal(got, want) {
-		return fmt.Errorf("gather: the GPU's rows differ from the CPU twin's")
+		return 0, fmt.Errorf("gather: the GPU's rows differ from the CPU twin's")
 	}
 	// The limit: one contiguous copy of the same bytes from pinned memory.
 	pinned, err := dev.AllocHost(total)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer dev.FreeHost(pinned)
 	copy(pinned, want)
@@ -208,14 +218,89 @@ func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, 
 		return dev.CopyHtoDAsync(dst, pinned, s)
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	gbps, cbps := float64(total)/gatherSecs, float64(total)/copySecs
 	if err := e.emit(kv{"bench", "gpu"}, kv{"op", "pinned_copy"}, kv{"bytes", total}, kv{"seconds", copySecs}, kv{"bytes_per_s", cbps}); err != nil {
+		return 0, err
+	}
+	return copySecs, e.emit(kv{"bench", "gpu"}, kv{"op", "gather"}, kv{"blocks", c.blocks}, kv{"block_bytes", c.blockBytes},
+		kv{"bytes", total}, kv{"seconds", gatherSecs}, kv{"bytes_per_s", gbps}, kv{"of_pinned_copy", gbps / cbps})
+}
+
+// benchCollectDevice times the product path of the same collection: a store
+// shard of --capacity rows of one --block-bytes column, a sample.ShardTable over
+// it registered with the device, and ShardTable.CollectDevice of --blocks random
+// rows into device memory (pinning the rows, uploading their indices, the gather
+// kernel, waiting for it). seconds is event-timed, as the gather's is;
+// wall_seconds includes the host's part.
+func benchCollectDevice(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream, copySecs float64) error {
+	spec := store.Spec{Capacity: c.capacity, Remover: store.RemoverNone, Columns: []store.Column{
+		{Name: "traj", DType: store.Uint8, Shape: []int{c.blockBytes}, Length: 1},
+	}}
+	sh, err := store.Create(rank.SegmentName(rank.LocalJobID(), fmt.Sprintf("bench-gpu-collect.%d", os.Getpid())), spec)
+	if err != nil {
 		return err
 	}
-	return e.emit(kv{"bench", "gpu"}, kv{"op", "gather"}, kv{"blocks", c.blocks}, kv{"block_bytes", c.blockBytes},
-		kv{"bytes", total}, kv{"seconds", gatherSecs}, kv{"bytes_per_s", gbps}, kv{"of_pinned_copy", gbps / cbps})
+	defer sh.Close()
+	st, err := sample.NewShardTable(sh, sample.Config{Name: "bench-gpu", Sampler: sample.NewUniform(), Remover: sample.NewFIFO()})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	r := rand.New(rand.NewPCG(c.seed, 3))
+	var rows []int
+	for k := range c.capacity - 1 {
+		ref, err := st.Insert(ctx, uint64(k), 1, func(p store.Pending) error {
+			b := p.Block(0)
+			for i := 0; i+8 <= len(b); i += 8 {
+				*(*uint64)(unsafe.Pointer(&b[i])) = r.Uint64()
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		rows = append(rows, ref.Index)
+	}
+	r.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+	idx := rows[:min(c.blocks, len(rows))]
+	if err := st.RegisterDevice(dev); err != nil {
+		return err
+	}
+	total := len(idx) * c.blockBytes
+	dst, err := dev.Alloc(total)
+	if err != nil {
+		return err
+	}
+	defer dev.Free(dst)
+	cols := []string{"traj"}
+	collect := func() error {
+		return st.CollectDevice(ctx, s, []cuda.DevicePtr{dst}, idx, cols, sample.Window{})
+	}
+	secs, err := timeEvents(ctx, dev, s, c.reps, collect)
+	if err != nil {
+		return err
+	}
+	wall, err := timeWall(c.reps, collect)
+	if err != nil {
+		return err
+	}
+	got := make([]byte, total)
+	if err := dev.CopyDtoH(got, dst); err != nil {
+		return err
+	}
+	want, err := st.Collect(ctx, idx, cols, sample.Window{})
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(got, want[0]) {
+		return fmt.Errorf("collect on device: the GPU's rows differ from sample.Collect's")
+	}
+	bps, cbps := float64(total)/secs, float64(total)/copySecs
+	return e.emit(kv{"bench", "gpu"}, kv{"op", "collect_device"}, kv{"blocks", len(idx)}, kv{"block_bytes", c.blockBytes},
+		kv{"bytes", total}, kv{"seconds", secs}, kv{"bytes_per_s", bps}, kv{"of_pinned_copy", bps / cbps},
+		kv{"wall_seconds", wall}, kv{"wall_of_pinned_copy", float64(total) / wall / cbps})
 }
 
 // sampleWeights returns n seeded float32 weights, one in ten of them zero.

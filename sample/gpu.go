@@ -1,0 +1,396 @@
+package sample
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"gear/cuda"
+)
+
+// This file holds collection into device memory: a shard table's column tables
+// registered with a device, and the zero-copy gather of sampled rows, through a
+// window, straight from the shard's shared memory into device buffers.
+
+// OpenDevice opens the CUDA driver (cuda.OpenDriver with opts) and retains device
+// ordinal, for RegisterDevice and NewDeviceSelection. Close the device after the
+// tables and selections that use it. Without a driver the error wraps
+// cuda.ErrNoDriver and reads "sample: ...: cuda: no CUDA driver: ..."; the host
+// paths (Collect, the selectors) need none.
+func OpenDevice(ordinal int, opts ...cuda.Option) (*cuda.Device, error) {
+	drv, err := cuda.OpenDriver(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sample: opening GPU %d: %w", ordinal, err)
+	}
+	dev, err := drv.Device(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("sample: opening GPU %d: %w", ordinal, err)
+	}
+	return dev, nil
+}
+
+// deviceTables is a shard table's registration with a device: its column tables
+// pinned and mapped for the device, and the buffers of device collection, which
+// grow to the largest collection and are freed on unregistration.
+type deviceTables struct {
+	dev    *cuda.Device
+	host   [][]byte         // the registered column tables, by column
+	tables []cuda.DevicePtr // their device pointers
+
+	mu      sync.Mutex // one device collection at a time
+	stage   []byte     // pinned: the index lists of one collection (int64)
+	idx     cuda.DevicePtr
+	idxCap  int // int64s that stage and idx hold
+	rows    cuda.DevicePtr
+	rowsCap int        // bytes: rows staged by a distributed collection
+	done    cuda.Event // recorded after a collection's last work
+	pending bool       // done was recorded and may not have passed
+	pins    []func()   // unpin the rows read by the work before done
+	closed  bool
+}
+
+// registerTables pins and maps every column table of st's shard for dev.
+func registerTables(st *ShardTable, dev *cuda.Device) (*deviceTables, error) {
+	g := &deviceTables{dev: dev}
+	ev, err := dev.NewEvent()
+	if err != nil {
+		return nil, fmt.Errorf("sample: table %q: register with GPU %d: %w", st.t.name, dev.Ordinal(), err)
+	}
+	g.done = ev
+	for col := range st.shard.Spec().Columns {
+		tb := st.shard.ColumnTable(col)
+		p, err := dev.RegisterHost(tb)
+		if err != nil {
+			_ = g.release(context.Background())
+			return nil, fmt.Errorf("sample: table %q: registering column %q of shard %q (%d bytes) with GPU %d: %w",
+				st.t.name, st.shard.Spec().Columns[col].Name, st.shard.Name(), len(tb), dev.Ordinal(), err)
+		}
+		g.host = append(g.host, tb)
+		g.tables = append(g.tables, p)
+	}
+	return g, nil
+}
+
+// RegisterDevice pins every column table of the shard in this process and maps it
+// for dev (cuMemHostRegister, portable and mapped), once, so that CollectDevice
+// reads sampled rows with the zero-copy gather kernel. Registering again with the
+// same device does nothing; another device is refused. UnregisterDevice, or
+// Close, undoes it: close the table before the device and the shard.
+//
+// Errors: ErrClosed; the driver's (a table the driver cannot pin, a closed
+// device).
+func (st *ShardTable) RegisterDevice(dev *cuda.Device) error {
+	if dev == nil {
+		return fmt.Errorf("sample: table %q: register device: no device (sample.OpenDevice opens one)", st.t.name)
+	}
+	st.devMu.Lock()
+	defer st.devMu.Unlock()
+	st.mu.Lock()
+	g, closed := st.gpu, st.closed
+	st.mu.Unlock()
+	switch {
+	case closed:
+		return st.t.errClosed("register device")
+	case g != nil && g.dev == dev:
+		return nil
+	case g != nil:
+		return fmt.Errorf("sample: table %q: registered with GPU %d already; UnregisterDevice first", st.t.name, g.dev.Ordinal())
+	}
+	g, err := registerTables(st, dev)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		_ = g.release(context.Background())
+		return st.t.errClosed("register device")
+	}
+	st.gpu = g
+	return nil
+}
+
+// UnregisterDevice waits, under ctx, for the device work of the last collection
+// into device memory, unpins the rows it read, frees the collection buffers and
+// unregisters the column tables. It does nothing when no device is registered.
+//
+// Errors: the context's (the registration then stays); the driver's.
+func (st *ShardTable) UnregisterDevice(ctx context.Context) error {
+	st.devMu.Lock()
+	defer st.devMu.Unlock()
+	st.mu.Lock()
+	g := st.gpu
+	st.mu.Unlock()
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	err := g.wait(ctx)
+	g.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("sample: table %q: unregister device: %w", st.t.name, err)
+	}
+	st.mu.Lock()
+	st.gpu = nil
+	st.mu.Unlock()
+	if err := g.release(ctx); err != nil {
+		return fmt.Errorf("sample: table %q: unregister device: %w", st.t.name, err)
+	}
+	return nil
+}
+
+// device returns the registration, or an error naming op.
+func (st *ShardTable) device(op string) (*deviceTables, error) {
+	st.mu.Lock()
+	g, closed := st.gpu, st.closed
+	st.mu.Unlock()
+	switch {
+	case closed:
+		return nil, st.t.errClosed(op)
+	case g == nil:
+		return nil, fmt.Errorf("sample: table %q: %s: no device registered (RegisterDevice)", st.t.name, op)
+	}
+	return g, nil
+}
+
+// wait waits for the last collection's work and unpins its rows (g.mu held).
+func (g *deviceTables) wait(ctx context.Context) error {
+	if g.closed {
+		return fmt.Errorf("%w: device registration", ErrClosed)
+	}
+	if g.pending {
+		if err := g.dev.EventSynchronize(ctx, g.done); err != nil {
+			return fmt.Errorf("waiting for the previous collection's device work: %w", err)
+		}
+		g.pending = false
+	}
+	g.unpin()
+	return nil
+}
+
+// finish records the end of a collection's work on s and waits for it under
+// ctx; the rows it read are unpinned once it has passed, now or, if ctx ends
+// first, at the next collection or unregistration (g.mu held).
+func (g *deviceTables) finish(ctx context.Context, s cuda.Stream) error {
+	if err := g.dev.Record(g.done, s); err != nil {
+		// Nothing marks the work's end: wait for the stream itself.
+		if werr := g.dev.StreamSynchronize(ctx, s); werr != nil {
+			err = errors.Join(err, werr)
+		}
+		g.unpin()
+		return err
+	}
+	g.pending = true
+	return g.wait(ctx)
+}
+
+// abandon ends a collection that failed with cause: the rows stay pinned until
+// the work enqueued so far has passed, which it waits for unless ctx has ended
+// (g.mu held).
+func (g *deviceTables) abandon(ctx context.Context, s cuda.Stream, cause error) error {
+	if err := g.dev.Record(g.done, s); err != nil {
+		_ = g.dev.StreamSynchronize(ctx, s)
+		g.unpin()
+		return cause
+	}
+	g.pending = true
+	if ctx.Err() == nil {
+		if err := g.wait(ctx); err != nil {
+			return errors.Join(cause, err)
+		}
+	}
+	return cause
+}
+
+func (g *deviceTables) unpin() {
+	for _, done := range g.pins {
+		done()
+	}
+	g.pins = g.pins[:0]
+}
+
+// release frees everything and unregisters the tables. No work may be pending.
+func (g *deviceTables) release(ctx context.Context) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	var errs []error
+	if err := g.wait(ctx); err != nil {
+		// Unregistering under running kernels is worse than a late return.
+		errs = append(errs, err, g.wait(context.WithoutCancel(ctx)))
+	}
+	g.closed = true
+	errs = append(errs, g.dev.Free(g.idx), g.dev.Free(g.rows))
+	if g.stage != nil {
+		errs = append(errs, g.dev.FreeHost(g.stage))
+	}
+	for _, tb := range g.host {
+		errs = append(errs, g.dev.UnregisterHost(tb))
+	}
+	if g.done != 0 {
+		errs = append(errs, g.dev.DestroyEvent(g.done))
+	}
+	g.stage, g.idx, g.rows, g.host, g.tables, g.idxCap, g.rowsCap = nil, 0, 0, nil, nil, 0, 0
+	return errors.Join(errs...)
+}
+
+// reserve makes room for n int64 indices in the pinned stage and on the device
+// and for rowBytes staged row bytes. No work may be pending (g.mu held).
+func (g *deviceTables) reserve(n, rowBytes int) error {
+	if n > g.idxCap {
+		n = max(n, 2*g.idxCap, 1024)
+		stage, err := g.dev.AllocHost(8 * n)
+		if err != nil {
+			return err
+		}
+		idx, err := g.dev.Alloc(8 * n)
+		if err != nil {
+			_ = g.dev.FreeHost(stage)
+			return err
+		}
+		err = errors.Join(g.dev.Free(g.idx), g.dev.FreeHost(g.stage))
+		g.stage, g.idx, g.idxCap = stage, idx, n
+		if err != nil {
+			return err
+		}
+	}
+	if rowBytes > g.rowsCap {
+		rowBytes = max(rowBytes, g.rowsCap+g.rowsCap/2)
+		rows, err := g.dev.Alloc(rowBytes)
+		if err != nil {
+			return err
+		}
+		err = g.dev.Free(g.rows)
+		g.rows, g.rowsCap = rows, rowBytes
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// upload copies the indices into the stage at element off and enqueues their
+// copy to the device on s; it returns their device address.
+func (g *deviceTables) upload(s cuda.Stream, off int, indices []int64) (cuda.DevicePtr, error) {
+	at := g.idx.Add(8 * off)
+	if len(indices) == 0 {
+		return at, nil
+	}
+	stage := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(g.stage))), g.idxCap)
+	copy(stage[off:], indices)
+	return at, g.dev.CopyHtoDAsync(at, g.stage[8*off:8*(off+len(indices))], s)
+}
+
+// readBytes is the bytes a column's window reads from a block.
+func (p colPlan) readBytes() int { return p.avail * p.frameBytes }
+
+// gatherFromShard enqueues, on s, the gather of rows (device int64 indices of
+// local rows) of column plan p from the registered table into dst: with the
+// window's padding (padded: item layout, p.itemBytes() per row) or without it
+// (packed: p.readBytes() per row).
+func (st *ShardTable) gatherFromShard(g *deviceTables, s cuda.Stream, dst cuda.DevicePtr, p colPlan, indices cuda.DevicePtr, rows int, padded bool) error {
+	n, ib := p.readBytes(), p.itemBytes()
+	if rows == 0 {
+		return nil
+	}
+	if n == 0 {
+		if padded {
+			return g.dev.MemsetAsync(dst, 0, rows*ib, s)
+		}
+		return nil
+	}
+	spec := cuda.GatherSpec{BlockBytes: st.shard.BlockStride(p.col), Capacity: st.shard.Capacity(), FrameBytes: 1,
+		Offset: p.first * p.frameBytes, Length: n}
+	if padded {
+		spec.HeadPad, spec.TailPad = p.readAt, ib-n-p.readAt
+	}
+	return g.dev.LaunchGather(s, dst, g.tables[p.col], indices, 0, rows, spec)
+}
+
+// ItemBytes returns, for each column, the bytes one item takes in a collection
+// through w: buffer i of a collection of n items holds n*ItemBytes[i] bytes.
+//
+// Errors: an unknown column; a bad window.
+func (st *ShardTable) ItemBytes(columns []string, w Window) ([]int, error) {
+	plans, err := planColumns(st.shard, columns, w)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(plans))
+	for i, p := range plans {
+		out[i] = p.itemBytes()
+	}
+	return out, nil
+}
+
+// CollectDevice is Collect into device memory: dst[i], device memory of at least
+// len(indices)*ItemBytes(columns, w)[i] bytes, receives column i's items in the
+// order of indices, laid out as Collect lays them out, padding included. The
+// gather kernel reads the rows over the bus straight from the shard's shared
+// memory, registered by RegisterDevice; each row is pinned until the kernel has
+// read it. The work runs on stream s, after the work already enqueued there, and
+// CollectDevice returns once dst holds the items (or with an error).
+//
+// Ownership: dst is the caller's; CollectDevice writes it only from s, and not
+// after it returns. If ctx ends while the device works, CollectDevice returns
+// ctx's error and the kernel goes on: dst is then written until s passes it, and
+// the rows stay pinned until the next device collection or UnregisterDevice.
+//
+// Errors: ErrClosed; no device registered; an unknown column; a bad window; a
+// wrong number of buffers; an index that holds no item; the driver's; the
+// context's.
+func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cuda.DevicePtr, indices []int, columns []string, w Window) error {
+	plans, err := planColumns(st.shard, columns, w)
+	if err != nil {
+		return err
+	}
+	if len(dst) != len(plans) {
+		return fmt.Errorf("sample: table %q: collect on device: %d buffers for %d columns", st.t.name, len(dst), len(plans))
+	}
+	g, err := st.device("collect on device")
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.wait(ctx); err != nil {
+		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
+	}
+	if len(indices) == 0 {
+		return nil
+	}
+	rows := make([]int64, len(indices))
+	for k, idx := range indices {
+		_, done, err := st.pinRow(idx)
+		if err != nil {
+			g.unpin()
+			return fmt.Errorf("%w (collect on device)", err)
+		}
+		g.pins = append(g.pins, done)
+		rows[k] = int64(idx)
+	}
+	fail := func(err error) error {
+		return g.abandon(ctx, s, fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err))
+	}
+	if err := g.reserve(len(rows), 0); err != nil {
+		g.unpin()
+		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
+	}
+	devIdx, err := g.upload(s, 0, rows)
+	if err != nil {
+		return fail(err)
+	}
+	for i, p := range plans {
+		if err := st.gatherFromShard(g, s, dst[i], p, devIdx, len(rows), true); err != nil {
+			return fail(err)
+		}
+	}
+	if err := g.finish(ctx, s); err != nil {
+		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
+	}
+	return nil
+}
