@@ -272,7 +272,11 @@ func (dev *Device) UnregisterHost(b []byte) error {
 	return dev.call("cuMemHostUnregister", dev.drv.fn.cuMemHostUnregister, uintptr(unsafe.Pointer(unsafe.SliceData(b))))
 }
 
-// CopyHtoD copies src to device memory at dst and returns when the copy is done.
+// CopyHtoD copies src to device memory at dst and returns when src may be reused.
+// From pinned memory the copy is then done; from pageable memory the driver may
+// still be moving its staged copy to the device, so the copy is ordered before
+// later work on the default stream only: synchronize the device before reading
+// dst from another stream.
 func (dev *Device) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
