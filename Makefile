@@ -38,6 +38,7 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzParseTopology$$' ./gmi
 	$(FUZZ) -fuzz='^FuzzParseHeader$$' ./store
 	$(FUZZ) -fuzz='^FuzzCheckpointReader$$' ./store
+	$(FUZZ) -fuzz='^FuzzDecodeHeader$$' ./collective
 
 test: fmt-check vet build unit race fuzz
 

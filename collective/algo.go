@@ -42,6 +42,58 @@ func (x *call) piece(b []byte, k int) []byte {
 	return b[lo:min(lo+x.chunk, len(b))]
 }
 
+// recvCopy receives frame step of len(dst) bytes from rank from into dst.
+func (x *call) recvCopy(from int, step uint32, dst []byte) error {
+	in, err := x.recv(from, step, len(dst))
+	if err != nil {
+		return err
+	}
+	copy(dst, in)
+	x.release(from)
+	return nil
+}
+
+// sendPieces sends b to rank to as frames 0, 1, ... of at most a chunk each;
+// recvPieces receives such frames from rank from into b.
+func (x *call) sendPieces(to int, b []byte) error {
+	for k := range x.pieces(len(b)) {
+		if err := x.send(to, uint32(k), x.piece(b, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *call) recvPieces(from int, b []byte) error {
+	for k := range x.pieces(len(b)) {
+		if err := x.recvCopy(from, uint32(k), x.piece(b, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// relay receives frame step of len(dst) bytes from rank from and copies it into
+// dst; with pass, it also sends the frame on to rank to as frame next, straight
+// from the receive buffer.
+func (x *call) relay(from int, step uint32, dst []byte, to int, next uint32, pass bool) error {
+	if !pass {
+		return x.recvCopy(from, step, dst)
+	}
+	in, err := x.recv(from, step, len(dst))
+	if err != nil {
+		return err
+	}
+	copy(dst, in)
+	out, err := x.reserve(to, len(dst))
+	if err != nil {
+		return err
+	}
+	x.toFrame(out, in)
+	x.release(from)
+	return x.commit(to, next, len(dst))
+}
+
 // ringAllReduce is the bandwidth-optimal AllReduce: a reduce-scatter then an
 // allgather around the ring, in rounds of one chunk per rank. Each step receives a
 // chunk from the left, reduces it with this rank's data straight into the frame
@@ -89,24 +141,8 @@ func ringAllReduce(x *call, g group, buf []byte) error {
 		}
 		// Allgather: pass the reduced segments on around the ring.
 		for s := 0; s < n-1; s++ {
-			dst := seg(g.me - s)
-			in, err := x.recv(left, uint32(n-1+s), len(dst))
-			if err != nil {
+			if err := x.relay(left, uint32(n-1+s), seg(g.me-s), right, uint32(n+s), s < n-2); err != nil {
 				return err
-			}
-			copy(dst, in)
-			if s < n-2 {
-				out, err := x.reserve(right, len(dst))
-				if err != nil {
-					return err
-				}
-				x.toFrame(out, in)
-				x.release(left)
-				if err := x.commit(right, uint32(n+s), len(dst)); err != nil {
-					return err
-				}
-			} else {
-				x.release(left)
 			}
 		}
 	}
@@ -170,12 +206,7 @@ func rdAllReduce(x *call, g group, buf []byte) error {
 		if me%2 == 1 {
 			return x.send(g.at(me-1), 64, buf)
 		}
-		in, err := x.recv(g.at(me+1), 64, nb)
-		if err != nil {
-			return err
-		}
-		copy(buf, in)
-		x.release(g.at(me + 1))
+		return x.recvCopy(g.at(me+1), 64, buf)
 	}
 	return nil
 }
@@ -188,13 +219,9 @@ func treeBroadcast(x *call, g group, buf []byte, root int) error {
 	mask := 1
 	for mask < n {
 		if vr&mask != 0 {
-			from := g.at(root + vr - mask)
-			in, err := x.recv(from, 0, len(buf))
-			if err != nil {
+			if err := x.recvCopy(g.at(root+vr-mask), 0, buf); err != nil {
 				return err
 			}
-			copy(buf, in)
-			x.release(from)
 			break
 		}
 		mask <<= 1
@@ -216,33 +243,14 @@ func chainBroadcast(x *call, g group, buf []byte, root int) error {
 	prev, next := g.at(root+vr-1), g.at(root+vr+1)
 	for k := range x.pieces(len(buf)) {
 		p := x.piece(buf, k)
-		switch {
-		case vr == 0:
-			if err := x.send(next, uint32(k), p); err != nil {
-				return err
-			}
-		case vr == n-1:
-			in, err := x.recv(prev, uint32(k), len(p))
-			if err != nil {
-				return err
-			}
-			copy(p, in)
-			x.release(prev)
-		default:
-			in, err := x.recv(prev, uint32(k), len(p))
-			if err != nil {
-				return err
-			}
-			out, err := x.reserve(next, len(p))
-			if err != nil {
-				return err
-			}
-			x.toFrame(out, in)
-			copy(p, in)
-			x.release(prev)
-			if err := x.commit(next, uint32(k), len(p)); err != nil {
-				return err
-			}
+		var err error
+		if vr == 0 {
+			err = x.send(next, uint32(k), p)
+		} else {
+			err = x.relay(prev, uint32(k), p, next, uint32(k), vr < n-1)
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
@@ -342,24 +350,8 @@ func ringAllGather(x *call, g group, recv []byte, b int) error {
 			return err
 		}
 		for s := 0; s < n-1; s++ {
-			dst := x.piece(block(g.me-s-1), k)
-			in, err := x.recv(left, uint32(s), len(dst))
-			if err != nil {
+			if err := x.relay(left, uint32(s), x.piece(block(g.me-s-1), k), right, uint32(s+1), s < n-2); err != nil {
 				return err
-			}
-			copy(dst, in)
-			if s < n-2 {
-				out, err := x.reserve(right, len(dst))
-				if err != nil {
-					return err
-				}
-				x.toFrame(out, in)
-				x.release(left)
-				if err := x.commit(right, uint32(s+1), len(dst)); err != nil {
-					return err
-				}
-			} else {
-				x.release(left)
 			}
 		}
 	}
@@ -370,28 +362,15 @@ func ringAllGather(x *call, g group, recv []byte, b int) error {
 func linearGather(x *call, g group, send, recv []byte, root int) error {
 	b := len(send)
 	if g.me != root {
-		for k := range x.pieces(b) {
-			if err := x.send(g.at(root), uint32(k), x.piece(send, k)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return x.sendPieces(g.at(root), send)
 	}
 	copy(recv[root*b:(root+1)*b], send)
 	for j := range g.n() {
 		if j == root {
 			continue
 		}
-		from := g.at(j)
-		blk := recv[j*b : (j+1)*b]
-		for k := range x.pieces(b) {
-			dst := x.piece(blk, k)
-			in, err := x.recv(from, uint32(k), len(dst))
-			if err != nil {
-				return err
-			}
-			copy(dst, in)
-			x.release(from)
+		if err := x.recvPieces(g.at(j), recv[j*b:(j+1)*b]); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -401,27 +380,14 @@ func linearGather(x *call, g group, send, recv []byte, root int) error {
 func linearScatter(x *call, g group, send, recv []byte, root int) error {
 	b := len(recv)
 	if g.me != root {
-		from := g.at(root)
-		for k := range x.pieces(b) {
-			dst := x.piece(recv, k)
-			in, err := x.recv(from, uint32(k), len(dst))
-			if err != nil {
-				return err
-			}
-			copy(dst, in)
-			x.release(from)
-		}
-		return nil
+		return x.recvPieces(g.at(root), recv)
 	}
 	for j := range g.n() {
 		if j == root {
 			continue
 		}
-		blk := send[j*b : (j+1)*b]
-		for k := range x.pieces(b) {
-			if err := x.send(g.at(j), uint32(k), x.piece(blk, k)); err != nil {
-				return err
-			}
+		if err := x.sendPieces(g.at(j), send[j*b:(j+1)*b]); err != nil {
+			return err
 		}
 	}
 	copy(recv, send[root*b:(root+1)*b])
@@ -486,13 +452,9 @@ func pairwiseAllToAll(x *call, g group, send, recv []byte) error {
 			if err := x.send(g.at(to), uint32(s), x.piece(src, k)); err != nil {
 				return err
 			}
-			d := x.piece(dst, k)
-			in, err := x.recv(g.at(from), uint32(s), len(d))
-			if err != nil {
+			if err := x.recvCopy(g.at(from), uint32(s), x.piece(dst, k)); err != nil {
 				return err
 			}
-			copy(d, in)
-			x.release(g.at(from))
 		}
 	}
 	return nil

@@ -2,7 +2,6 @@ package collective_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -101,11 +100,7 @@ func TestProcessLayoutKilledRank(t *testing.T) {
 				defer l.Close()
 				file := os.Getenv("GEARTEST_STAMP")
 				if w.Rank() == 4 {
-					go func() {
-						time.Sleep(300 * time.Millisecond)
-						os.WriteFile(file, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o600)
-						syscall.Kill(os.Getpid(), syscall.SIGKILL)
-					}()
+					killSoon(file)
 				}
 				buf := make([]float32, 1<<18)
 				for {
@@ -113,20 +108,7 @@ func TestProcessLayoutKilledRank(t *testing.T) {
 					if err == nil {
 						continue
 					}
-					b, rerr := os.ReadFile(file)
-					ns, _ := strconv.ParseInt(string(b), 10, 64)
-					if rerr != nil || ns == 0 {
-						t.Fatalf("rank %d: %v before rank 4 was killed", w.Rank(), err)
-					}
-					took := time.Since(time.Unix(0, ns))
-					t.Logf("rank %d: %v, %v after the kill", w.Rank(), err, took)
-					var le *collective.LostError
-					if !errors.As(err, &le) || le.Rank != 4 {
-						t.Fatalf("rank %d: %v, want rank 4 lost", w.Rank(), err)
-					}
-					if took > 2*time.Second {
-						t.Fatalf("rank %d: the error came %v after the kill", w.Rank(), took)
-					}
+					checkLostAfterKill(t, w.Rank(), err, file, 4)
 					report(t, w.Rank())
 					return
 				}

@@ -9,11 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"gear/collective"
+	"gear/internal/geartest"
 	"gear/launch"
 	"gear/rank"
 )
@@ -139,7 +139,7 @@ func multiHostLauncher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuf
+	var out geartest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	_, err = launch.Run(ctx, plan, launch.Options{Stdout: &out, Stderr: &out, TagOutput: true, Timeout: time.Minute, Name: "multihost"})
@@ -188,21 +188,4 @@ func multiHostRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Printf("GEARTEST %d ok (host %s)\n", w.Rank(), w.Host())
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -165,16 +165,27 @@ func same(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-func (c *Comm) allGather(x *call, send, recv []byte) error {
-	b := len(send)
-	if len(recv) != b*c.size {
-		return x.argError("recv has %d elements, want %d (%d ranks x %d)", len(recv)/x.es, b*c.size/x.es, c.size, b/x.es)
+// checkBlocks checks the arguments of a call that splits one buffer into a
+// block per rank: whole (named wholeName in errors) must hold c.size blocks of
+// len(block) bytes, and block (blockName) may share memory with whole only as
+// whole's block at index at (whose: "this rank's", "the root's").
+func (c *Comm) checkBlocks(x *call, wholeName string, whole []byte, blockName string, block []byte, at int, whose string) error {
+	b := len(block)
+	if len(whole) != b*c.size {
+		return x.argError("%s has %d elements, want %d (%d ranks x %d)", wholeName, len(whole)/x.es, b*c.size/x.es, c.size, b/x.es)
 	}
-	own := recv[c.rank*b : (c.rank+1)*b]
-	if !same(own, send) {
-		if overlaps(send, recv) {
-			return x.argError("send overlaps recv other than at this rank's block")
-		}
+	if !same(whole[at*b:(at+1)*b], block) && overlaps(block, whole) {
+		return x.argError("%s overlaps %s other than at %s block", blockName, wholeName, whose)
+	}
+	return nil
+}
+
+func (c *Comm) allGather(x *call, send, recv []byte) error {
+	if err := c.checkBlocks(x, "recv", recv, "send", send, c.rank, "this rank's"); err != nil {
+		return err
+	}
+	b := len(send)
+	if own := recv[c.rank*b : (c.rank+1)*b]; !same(own, send) {
 		copy(own, send)
 	}
 	if c.size == 1 {
@@ -188,14 +199,9 @@ func (c *Comm) gather(x *call, send, recv []byte, root int) error {
 	if err := c.checkRoot(x, root); err != nil {
 		return err
 	}
-	b := len(send)
 	if c.rank == root {
-		if len(recv) != b*c.size {
-			return x.argError("recv has %d elements, want %d (%d ranks x %d)", len(recv)/x.es, b*c.size/x.es, c.size, b/x.es)
-		}
-		own := recv[root*b : (root+1)*b]
-		if !same(own, send) && overlaps(send, recv) {
-			return x.argError("send overlaps recv other than at the root's block")
+		if err := c.checkBlocks(x, "recv", recv, "send", send, root, "the root's"); err != nil {
+			return err
 		}
 	}
 	if c.size == 1 {
@@ -210,14 +216,9 @@ func (c *Comm) scatter(x *call, send, recv []byte, root int) error {
 	if err := c.checkRoot(x, root); err != nil {
 		return err
 	}
-	b := len(recv)
 	if c.rank == root {
-		if len(send) != b*c.size {
-			return x.argError("send has %d elements, want %d (%d ranks x %d)", len(send)/x.es, b*c.size/x.es, c.size, b/x.es)
-		}
-		own := send[root*b : (root+1)*b]
-		if !same(own, recv) && overlaps(send, recv) {
-			return x.argError("recv overlaps send other than at the root's block")
+		if err := c.checkBlocks(x, "send", send, "recv", recv, root, "the root's"); err != nil {
+			return err
 		}
 	}
 	if c.size == 1 {
@@ -232,12 +233,8 @@ func (c *Comm) reduceScatter(x *call, send, recv []byte) error {
 	if err := c.checkOp(x, x.h.op); err != nil {
 		return err
 	}
-	b := len(recv)
-	if len(send) != b*c.size {
-		return x.argError("send has %d elements, want %d (%d ranks x %d)", len(send)/x.es, b*c.size/x.es, c.size, b/x.es)
-	}
-	if overlaps(send, recv) && !same(recv, send[c.rank*b:(c.rank+1)*b]) {
-		return x.argError("recv overlaps send other than at this rank's block")
+	if err := c.checkBlocks(x, "send", send, "recv", recv, c.rank, "this rank's"); err != nil {
+		return err
 	}
 	x.h.algo = algoRing
 	return ringReduceScatter(x, c.all(), send, recv)
@@ -269,12 +266,7 @@ func (c *Comm) sendP2P(x *call, buf []byte, dst int) error {
 	if dst < 0 || dst >= c.size || dst == c.rank {
 		return x.argError("destination %d: want another rank of %d", dst, c.size)
 	}
-	for k := range x.pieces(len(buf)) {
-		if err := x.send(dst, uint32(k), x.piece(buf, k)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return x.sendPieces(dst, buf)
 }
 
 func (c *Comm) recvP2P(x *call, buf []byte, src int) error {

@@ -62,6 +62,37 @@ func expectReports(want ...int) launchtest.Option {
 	})
 }
 
+// killSoon kills this rank process with SIGKILL in 300ms, after it writes the
+// time of its death into file.
+func killSoon(file string) {
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		os.WriteFile(file, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o600)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}()
+}
+
+// checkLostAfterKill checks the error err of rank me's call that failed while
+// rank victim was being killed (see killSoon): it must come after the kill, be
+// a *LostError naming victim, and come within 2 s.
+func checkLostAfterKill(t *testing.T, me int, err error, file string, victim int) {
+	t.Helper()
+	b, rerr := os.ReadFile(file)
+	ns, _ := strconv.ParseInt(string(b), 10, 64)
+	if rerr != nil || ns == 0 {
+		t.Fatalf("rank %d: %v before rank %d was killed", me, err, victim)
+	}
+	took := time.Since(time.Unix(0, ns))
+	t.Logf("rank %d: %v, %v after the kill", me, err, took)
+	var le *collective.LostError
+	if !errors.As(err, &le) || le.Rank != victim {
+		t.Fatalf("rank %d: %v, want rank %d lost", me, err, victim)
+	}
+	if took > 2*time.Second {
+		t.Fatalf("rank %d: the error came %v after the kill", me, took)
+	}
+}
+
 func TestProcessKilledRank(t *testing.T) {
 	for _, tr := range processTransports {
 		t.Run(transportName(tr), func(t *testing.T) {
@@ -78,11 +109,7 @@ func TestProcessKilledRank(t *testing.T) {
 				file := os.Getenv("GEARTEST_STAMP")
 				buf := make([]float32, 4<<20)
 				if w.Rank() == 1 {
-					go func() {
-						time.Sleep(300 * time.Millisecond)
-						os.WriteFile(file, []byte(strconv.FormatInt(time.Now().UnixNano(), 10)), 0o600)
-						syscall.Kill(os.Getpid(), syscall.SIGKILL)
-					}()
+					killSoon(file)
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()
@@ -91,20 +118,7 @@ func TestProcessKilledRank(t *testing.T) {
 					if err == nil {
 						continue
 					}
-					b, rerr := os.ReadFile(file)
-					ns, _ := strconv.ParseInt(string(b), 10, 64)
-					if rerr != nil || ns == 0 {
-						t.Fatalf("rank %d: %v before rank 1 was killed", w.Rank(), err)
-					}
-					took := time.Since(time.Unix(0, ns))
-					t.Logf("rank %d: %v, %v after the kill", w.Rank(), err, took)
-					var le *collective.LostError
-					if !errors.As(err, &le) || le.Rank != 1 {
-						t.Fatalf("rank %d: %v, want rank 1 lost", w.Rank(), err)
-					}
-					if took > 2*time.Second {
-						t.Fatalf("rank %d: the error came %v after the kill", w.Rank(), took)
-					}
+					checkLostAfterKill(t, w.Rank(), err, file, 1)
 					report(t, w.Rank())
 					return
 				}

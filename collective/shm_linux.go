@@ -16,6 +16,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"gear/internal/futex"
 )
 
 // The shared-memory transport. Every rank of a host owns one segment per
@@ -156,7 +158,7 @@ func (s *shmSegment) ringOf(i, ringCap int) (head *uint64, data []byte) {
 func (s *shmSegment) wake() {
 	if atomic.LoadUint32(s.sleeping()) != 0 {
 		atomic.AddUint32(s.doorbell(), 1)
-		futexWake(s.doorbell(), 1<<30)
+		futex.Wake(s.doorbell(), 1<<30)
 	}
 }
 
@@ -263,7 +265,7 @@ func (t *shmTransport) interrupt() {
 	}
 	if s := t.segs[t.me]; s != nil && s.mem != nil {
 		atomic.AddUint32(s.doorbell(), 1)
-		futexWake(s.doorbell(), 1<<30)
+		futex.Wake(s.doorbell(), 1<<30)
 	}
 }
 
@@ -283,7 +285,7 @@ func (t *shmTransport) close(note []byte) {
 		for i, s := range t.segs {
 			if i != t.me && s != nil && s.mem != nil {
 				atomic.AddUint32(s.doorbell(), 1)
-				futexWake(s.doorbell(), 1<<30)
+				futex.Wake(s.doorbell(), 1<<30)
 			}
 		}
 	}
@@ -605,7 +607,7 @@ func (t *shmTransport) wait(ctx context.Context, l *shmLink, space uint64) error
 			atomic.StoreUint32(own.sleeping(), 0)
 			continue
 		}
-		futexWait(own.doorbell(), bell, sleepSlice)
+		futex.Wait(own.doorbell(), bell, sleepSlice)
 		atomic.StoreUint32(own.sleeping(), 0)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"gear/internal/geartest"
 	"gear/rank"
 )
 
@@ -326,7 +327,7 @@ func TestLogs(t *testing.T) {
 	}
 	f.queued[r.SlurmID] = "RUNNING"
 	done := make(chan error, 1)
-	var followed syncBuffer
+	var followed geartest.Buffer
 	go func() { done <- c.Logs(ctx, r, &followed, true, 5*time.Millisecond) }()
 	for !strings.Contains(followed.String(), "line 1") {
 		time.Sleep(5 * time.Millisecond)

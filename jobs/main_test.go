@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 		os.Exit(testRankMain())
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		removeGearrunBinary()
+		gearrunCmds.Remove()
 		os.Exit(code)
 	}))
 }

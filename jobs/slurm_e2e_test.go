@@ -10,10 +10,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"gear/internal/geartest"
 )
 
 // The tests in this file submit real jobs with `gearrun submit` to the SLURM
@@ -50,37 +51,13 @@ func requireSlurm(t *testing.T) {
 	t.Skipf("skipping SLURM test: %s (set GEAR_REQUIRE_SLURM=1 to make this a failure)", why)
 }
 
-var (
-	gearrunOnce sync.Once
-	gearrunPath string
-	gearrunErr  error
-	gearrunDir  string
-)
+// gearrunCmds is cmd/gearrun, built once for the package's tests.
+var gearrunCmds = geartest.NewCommands("gear/cmd/gearrun")
 
 // gearrunBinary builds cmd/gearrun once for the package's tests.
 func gearrunBinary(t *testing.T) string {
 	t.Helper()
-	gearrunOnce.Do(func() {
-		gearrunDir, gearrunErr = os.MkdirTemp("", "gear-jobs-test-")
-		if gearrunErr != nil {
-			return
-		}
-		gearrunPath = filepath.Join(gearrunDir, "gearrun")
-		out, err := exec.Command("go", "build", "-o", gearrunPath, "gear/cmd/gearrun").CombinedOutput()
-		if err != nil {
-			gearrunErr = fmt.Errorf("go build gear/cmd/gearrun: %v\n%s", err, out)
-		}
-	})
-	if gearrunErr != nil {
-		t.Fatal(gearrunErr)
-	}
-	return gearrunPath
-}
-
-func removeGearrunBinary() {
-	if gearrunDir != "" {
-		os.RemoveAll(gearrunDir)
-	}
+	return gearrunCmds.Path(t, "gearrun")
 }
 
 // e2eJob is one submitted job and the state directory it is recorded in.

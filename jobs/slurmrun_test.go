@@ -9,10 +9,10 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"gear/internal/geartest"
 	"gear/rank"
 )
 
@@ -47,25 +47,6 @@ done
 exit $rc
 `
 
-// syncBuffer is a bytes.Buffer that the exec package's copying goroutines and
-// the test may share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // runFakeSlurm runs spec through SlurmRun with the fake srun, whose tasks are
 // this test binary acting as `gearrun run --slurm-task`.
 func runFakeSlurm(t *testing.T, doc string) (*Result, string, string) {
@@ -93,7 +74,7 @@ func runFakeSlurm(t *testing.T, doc string) (*Result, string, string) {
 	t.Setenv(rank.EnvSlurmNodeList, "127.0.0.1")
 	t.Setenv(rank.EnvJobID, "")
 	t.Setenv(rank.EnvJobToken, "")
-	var stdout, stderr syncBuffer
+	var stdout, stderr geartest.Buffer
 	sr := &SlurmRun{
 		Spec: spec, SpecPath: specPath, JobDir: jobDir,
 		Gearrun: self, TaskArgs: []string{}, Srun: srun, ListenAddr: "127.0.0.1:0",

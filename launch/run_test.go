@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -9,34 +8,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"gear/internal/geartest"
 	"gear/rank"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func shPlan(t *testing.T, np int, script string) *Plan {
 	t.Helper()
@@ -47,12 +29,12 @@ func shPlan(t *testing.T, np int, script string) *Plan {
 	return p
 }
 
-func testOptions(t *testing.T, out, errw *syncBuffer) Options {
+func testOptions(t *testing.T, out, errw *geartest.Buffer) Options {
 	return Options{Stdout: out, Stderr: errw, TagOutput: true, RuntimeDir: t.TempDir(), Grace: 2 * time.Second}
 }
 
 func TestRunOutputDirAndCleanup(t *testing.T) {
-	var out, errw syncBuffer
+	var out, errw geartest.Buffer
 	opts := testOptions(t, &out, &errw)
 	opts.OutputDir = t.TempDir()
 	p := shPlan(t, 2, `echo "out $GEAR_RANK"; echo "err $GEAR_RANK" >&2; touch /dev/shm/gear.$GEAR_JOB_ID.r$GEAR_RANK`)
@@ -87,7 +69,7 @@ func TestRunOutputDirAndCleanup(t *testing.T) {
 }
 
 func TestRunDoesNotWaitForAGrandchildHoldingThePipe(t *testing.T) {
-	var out, errw syncBuffer
+	var out, errw geartest.Buffer
 	opts := testOptions(t, &out, &errw)
 	// The grandchild leaves the rank's process group (setsid), so only the drain
 	// limit can end the wait for its end of the stdout pipe.
@@ -111,7 +93,7 @@ func TestRunDoesNotWaitForAGrandchildHoldingThePipe(t *testing.T) {
 }
 
 func TestRunStdinReaderGoesToRankZero(t *testing.T) {
-	var out, errw syncBuffer
+	var out, errw geartest.Buffer
 	opts := testOptions(t, &out, &errw)
 	opts.Stdin = strings.NewReader("to rank zero\n")
 	if _, err := Run(context.Background(), shPlan(t, 2, `cat`), opts); err != nil {
@@ -123,7 +105,7 @@ func TestRunStdinReaderGoesToRankZero(t *testing.T) {
 }
 
 func TestRunCancelStopsTheJob(t *testing.T) {
-	var out, errw syncBuffer
+	var out, errw geartest.Buffer
 	opts := testOptions(t, &out, &errw)
 	ctx, cancel := context.WithCancel(context.Background())
 	opts.OnStart = func(r, pid int) {
@@ -151,7 +133,7 @@ func TestRunBuildsGoPackage(t *testing.T) {
 	if !p.Ranks[0].GoPackage {
 		t.Fatal("../examples/hello not recognised as a Go package")
 	}
-	var out, errw syncBuffer
+	var out, errw geartest.Buffer
 	if _, err := Run(context.Background(), p, testOptions(t, &out, &errw)); err != nil {
 		t.Fatalf("%v\n%s", err, errw.String())
 	}

@@ -155,19 +155,8 @@ func (d *dec) int(limit int) int {
 	return int(v)
 }
 
-func (d *dec) bytes(limit int) []byte {
-	n := d.int(limit)
-	if d.err != nil {
-		return nil
-	}
-	if n > len(d.b) {
-		d.fail()
-		return nil
-	}
-	v := append([]byte(nil), d.b[:n]...)
-	d.b = d.b[n:]
-	return v
-}
+// bytes reads a length-prefixed byte string of at most limit bytes.
+func (d *dec) bytes(limit int) []byte { return d.raw(d.int(limit)) }
 
 func (d *dec) str(limit int) string { return string(d.bytes(limit)) }
 

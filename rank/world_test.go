@@ -12,28 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"gear/internal/geartest"
+
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func testInfo(c *Coordinator, rank, size int, token string) Info {
 	return Info{Rank: rank, Size: size, LocalRank: rank, LocalSize: size, NumNodes: 1,
@@ -220,7 +204,7 @@ func TestRendezvousKeyValueAndBarrier(t *testing.T) {
 }
 
 func TestWrongTokenRefusedAndLogged(t *testing.T) {
-	var logs syncBuffer
+	var logs geartest.Buffer
 	c := newCoord(t, 2, func(cfg *CoordinatorConfig) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	})

@@ -192,9 +192,7 @@ func NewInferenceServer(ctx context.Context, b collective.Bootstrap, name string
 			return nil, err
 		}
 		s.seg = seg
-		binary.LittleEndian.PutUint32(seg.mem[offLayout:], layoutV1)
-		binary.LittleEndian.PutUint32(seg.mem[offKind:], uint32(cfg.Slots))
-		binary.LittleEndian.PutUint64(seg.mem[offPID:], uint64(os.Getpid()))
+		seg.initHeader(uint32(cfg.Slots))
 		binary.LittleEndian.PutUint32(seg.mem[inferOffObs:], uint32(cfg.ObsBytes))
 		binary.LittleEndian.PutUint32(seg.mem[inferOffAct:], uint32(cfg.ActBytes))
 		binary.LittleEndian.PutUint64(seg.mem[inferOffSlotSz:], uint64(s.slotSize))
@@ -204,15 +202,9 @@ func NewInferenceServer(ctx context.Context, b collective.Bootstrap, name string
 	} else if opt.transport == TransportShm {
 		return nil, errNoShmTransport()
 	}
-	if opt.transport != TransportShm {
-		ep.Nonce = newNonce()
-		t, err := startTCP(opt.listenHost, inferMagicTCP, ep.Nonce, s.serveConn)
-		if err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.tcp = t
-		ep.TCP = t.addr
+	if s.tcp, err = listenTCP(opt, inferMagicTCP, &ep, s.serveConn); err != nil {
+		s.Close()
+		return nil, err
 	}
 	s.unreg = b.OnLost(s.clientLost)
 	if err := publish(ctx, b, inferKey(name, b.Rank()), ep); err != nil {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 
 	"gear/collective"
@@ -16,26 +15,19 @@ import (
 // observation to the policy worker and waits for its action. A client holds one
 // request at a time; concurrent Infer calls take turns.
 type InferenceClient struct {
-	name   string
+	clientEnd
 	server int
 	obs    int
 	act    int
-	opt    config
-	sem    chan struct{}
-	closed chan struct{}
-	once   sync.Once
-	watch  *peerWatch
 
 	tag     uint64
 	pending bool // a request is out whose reply has not been read
 
 	// Shared memory.
-	seg  *segment
 	base int // offset of this client's slot
 
 	// TCP.
 	conn net.Conn
-	addr string
 	out  []byte
 	in   []byte
 	got  int
@@ -61,18 +53,11 @@ func DialInference(ctx context.Context, b collective.Bootstrap, name string, ser
 	if err != nil {
 		return nil, err
 	}
-	c := &InferenceClient{name: name, server: server, obs: ep.Obs, act: ep.Act, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})}
-	shm, err := useShm(opt, b, ep, key)
+	c := &InferenceClient{clientEnd: clientEnd{name: name, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})},
+		server: server, obs: ep.Obs, act: ep.Act}
+	shm, err := attachLocal(opt, b, ep, key, func() error { return c.attachShm(ep, b.Rank()) })
 	if err != nil {
 		return nil, err
-	}
-	if shm {
-		if err := c.attachShm(ep, b.Rank()); err != nil {
-			if opt.transport == TransportShm || ep.TCP == "" {
-				return nil, err
-			}
-			shm = false // another /dev/shm behind an equal host identity: use TCP
-		}
 	}
 	if !shm {
 		conn, err := dialTCP(ctx, ep.TCP, inferMagicTCP, ep.Nonce, b.Rank())
@@ -132,14 +117,6 @@ func (c *InferenceClient) wake() {
 	}
 }
 
-// Transport says which transport the client uses: TransportShm or TransportTCP.
-func (c *InferenceClient) Transport() Transport {
-	if c.seg != nil {
-		return TransportShm
-	}
-	return TransportTCP
-}
-
 // Sizes returns the stream's largest observation and its action size.
 func (c *InferenceClient) Sizes() (obsBytes, actBytes int) { return c.obs, c.act }
 
@@ -158,14 +135,10 @@ func (c *InferenceClient) Infer(ctx context.Context, obs, act []byte) (uint64, e
 	if len(act) != c.act {
 		return 0, fmt.Errorf("roles: action buffer of %d bytes, stream %q's actions have %d", len(act), c.name, c.act)
 	}
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	case <-c.closed:
-		return 0, ErrClosed
+	if err := c.acquire(ctx); err != nil {
+		return 0, err
 	}
-	defer func() { <-c.sem }()
+	defer c.release()
 	select {
 	case <-c.closed:
 		return 0, ErrClosed
@@ -215,26 +188,7 @@ func (c *InferenceClient) awaitShm(ctx context.Context) error {
 	seg := c.seg
 	state := seg.u32(c.base + slotState)
 	ready := func() bool { return atomic.LoadUint32(state) == stReply }
-	check := func() error {
-		if err := c.watch.err(); err != nil {
-			return err
-		}
-		select {
-		case <-c.closed:
-			return ErrClosed
-		default:
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if seg.closedFlag() {
-			return peerClosed(rolePolicy, c.server, c.name)
-		}
-		if seg.ownerGone() {
-			return c.watch.fail(fmt.Sprintf("its process ended (shared memory %s lost its owner)", seg.name))
-		}
-		return nil
-	}
+	check := func() error { return c.check(ctx) }
 	return awaitShm(ctx, seg, c.base+slotWord, c.base+slotSleeping, c.opt.spin, ready, check)
 }
 
@@ -281,19 +235,6 @@ func (c *InferenceClient) readReply(ctx context.Context, act []byte) (uint64, er
 		}
 		return binary.LittleEndian.Uint64(c.in[8:]), nil
 	}
-}
-
-// connErr turns a broken connection into the client's error.
-func (c *InferenceClient) connErr(err error) error {
-	if lost := c.watch.err(); lost != nil {
-		return lost
-	}
-	select {
-	case <-c.closed:
-		return ErrClosed
-	default:
-	}
-	return c.watch.fail(fmt.Sprintf("connection to %s broke: %v", c.addr, err))
 }
 
 // Close detaches from the stream: it waits for an Infer in progress to return

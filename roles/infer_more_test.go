@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"gear/collective/collectivetest"
 	"gear/roles"
 	"gear/roles/rolestest"
 )
@@ -26,6 +27,22 @@ func startPolicy(t *testing.T, ctx context.Context, srv *roles.InferenceServer) 
 	}
 }
 
+// inferPair starts the inference stream "pi" of 16-byte observations and
+// actions on rank 0 of w and dials it from rank 1; the caller closes both.
+func inferPair(t *testing.T, ctx context.Context, w *collectivetest.World) (*roles.InferenceServer, *roles.InferenceClient) {
+	t.Helper()
+	srv, err := roles.NewInferenceServer(ctx, w.Bootstrap(0), "pi", roles.InferenceConfig{ObsBytes: 16, ActBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := roles.DialInference(ctx, w.Bootstrap(1), "pi", 0)
+	if err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	return srv, c
+}
+
 // TestInferenceLostServer: the coordinator's news that the policy worker died
 // fails its actor's Infer at once, naming the policy worker, even while the
 // actor waits for a reply.
@@ -34,22 +51,15 @@ func TestInferenceLostServer(t *testing.T) {
 		w := rolestest.World(t, 2, layout)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv, err := roles.NewInferenceServer(ctx, w.Bootstrap(0), "pi", roles.InferenceConfig{ObsBytes: 16, ActBytes: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, c := inferPair(t, ctx, w)
 		defer srv.Close()
-		c, err := roles.DialInference(ctx, w.Bootstrap(1), "pi", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer c.Close()
 		// Nobody serves: the request waits until the loss is announced.
 		go func() {
 			time.Sleep(50 * time.Millisecond)
 			w.Lose(0, "exited with status 3")
 		}()
-		_, err = c.Infer(ctx, make([]byte, 16), make([]byte, 16))
+		_, err := c.Infer(ctx, make([]byte, 16), make([]byte, 16))
 		var lost *roles.LostError
 		if !errors.As(err, &lost) || lost.Rank != 0 || !errors.Is(err, roles.ErrLost) {
 			t.Fatalf("Infer: %v, want a *LostError for rank 0", err)
@@ -71,15 +81,8 @@ func TestInferenceServerClose(t *testing.T) {
 		w := rolestest.World(t, 2, layout)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv, err := roles.NewInferenceServer(ctx, w.Bootstrap(0), "pi", roles.InferenceConfig{ObsBytes: 16, ActBytes: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, c := inferPair(t, ctx, w)
 		defer srv.Close()
-		c, err := roles.DialInference(ctx, w.Bootstrap(1), "pi", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer c.Close()
 		stop := startPolicy(t, ctx, srv)
 		act := make([]byte, 16)
@@ -91,7 +94,7 @@ func TestInferenceServerClose(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			srv.Close()
 		}()
-		_, err = c.Infer(ctx, make([]byte, 16), act)
+		_, err := c.Infer(ctx, make([]byte, 16), act)
 		if !errors.Is(err, roles.ErrPeerClosed) || !strings.Contains(err.Error(), "policy worker rank 0") {
 			t.Fatalf("Infer after the server closed: %v", err)
 		}
@@ -111,20 +114,13 @@ func TestInferenceCancelThenContinue(t *testing.T) {
 		w := rolestest.World(t, 2, layout)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv, err := roles.NewInferenceServer(ctx, w.Bootstrap(0), "pi", roles.InferenceConfig{ObsBytes: 16, ActBytes: 16})
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, c := inferPair(t, ctx, w)
 		defer srv.Close()
-		c, err := roles.DialInference(ctx, w.Bootstrap(1), "pi", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
 		defer c.Close()
 		obs, act := make([]byte, 16), make([]byte, 16)
 		obs[0] = 1
 		short, cancelShort := context.WithTimeout(ctx, 30*time.Millisecond)
-		_, err = c.Infer(short, obs, act)
+		_, err := c.Infer(short, obs, act)
 		cancelShort()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Infer with nobody serving: %v, want the deadline", err)

@@ -111,17 +111,12 @@ func NewPublisher(ctx context.Context, b collective.Bootstrap, name string, n in
 	if err != nil {
 		return nil, err
 	}
-	binary.LittleEndian.PutUint32(p.seg.mem[offLayout:], layoutV1)
-	binary.LittleEndian.PutUint64(p.seg.mem[offPID:], uint64(os.Getpid()))
+	p.seg.initHeader(0)
 	binary.LittleEndian.PutUint64(p.seg.mem[paramOffN:], uint64(n))
 	atomic.StoreUint64(p.seg.u64(offMagic), paramMagic)
-	if opt.transport != TransportShm {
-		ep.Nonce = newNonce()
-		if p.tcp, err = startTCP(opt.listenHost, paramMagicTCP, ep.Nonce, p.serveConn); err != nil {
-			p.Close()
-			return nil, err
-		}
-		ep.TCP = p.tcp.addr
+	if p.tcp, err = listenTCP(opt, paramMagicTCP, &ep, p.serveConn); err != nil {
+		p.Close()
+		return nil, err
 	}
 	if err := publish(ctx, b, paramKey(name), ep); err != nil {
 		p.Close()

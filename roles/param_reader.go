@@ -19,12 +19,11 @@ import (
 //
 // A Reader is used by one goroutine; Close may come from any.
 type Reader struct {
-	name  string
+	clientEnd
 	pub   int
 	n     int
 	every int64
 	me    int
-	opt   config
 
 	cur, spare []float32
 	version    uint64
@@ -32,17 +31,9 @@ type Reader struct {
 	refreshed  bool
 	fw         uint64
 
-	seg *segment
-
-	addr   string
 	nonce  []byte
 	connMu sync.Mutex // the connection is dropped by fetches, closed by wakes
 	conn   net.Conn
-
-	sem    chan struct{}
-	closed chan struct{}
-	once   sync.Once
-	watch  *peerWatch
 }
 
 // NewReader opens the parameter service name: it waits for the publisher's
@@ -68,19 +59,11 @@ func NewReader(ctx context.Context, b collective.Bootstrap, name string, every i
 	if ep.Floats < 1 {
 		return nil, fmt.Errorf("roles: endpoint %s: %d floats", key, ep.Floats)
 	}
-	r := &Reader{name: name, pub: ep.Rank, n: ep.Floats, every: int64(every), me: b.Rank(), opt: opt,
-		sem: make(chan struct{}, 1), closed: make(chan struct{})}
-	shm, err := useShm(opt, b, ep, key)
+	r := &Reader{clientEnd: clientEnd{name: name, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})},
+		pub: ep.Rank, n: ep.Floats, every: int64(every), me: b.Rank()}
+	shm, err := attachLocal(opt, b, ep, key, func() error { return r.attachShm(ep) })
 	if err != nil {
 		return nil, err
-	}
-	if shm {
-		if err := r.attachShm(ep); err != nil {
-			if opt.transport == TransportShm || ep.TCP == "" {
-				return nil, err
-			}
-			shm = false
-		}
 	}
 	if !shm {
 		r.addr, r.nonce = ep.TCP, ep.Nonce
@@ -111,14 +94,6 @@ func (r *Reader) wake() {
 	if c := r.connLoad(); c != nil {
 		c.Close()
 	}
-}
-
-// Transport says which transport the reader uses.
-func (r *Reader) Transport() Transport {
-	if r.seg != nil {
-		return TransportShm
-	}
-	return TransportTCP
 }
 
 // Len is the number of parameters.
@@ -171,14 +146,10 @@ func (r *Reader) Wait(ctx context.Context, min uint64) (uint64, error) {
 // refresh takes a version newer than the one held. With min > 0 it first waits
 // until a version of at least min exists (TCP: until one newer than held).
 func (r *Reader) refresh(ctx context.Context, min uint64) (bool, error) {
-	select {
-	case r.sem <- struct{}{}:
-	case <-ctx.Done():
-		return false, ctx.Err()
-	case <-r.closed:
-		return false, ErrClosed
+	if err := r.acquire(ctx); err != nil {
+		return false, err
 	}
-	defer func() { <-r.sem }()
+	defer r.release()
 	if err := r.check(ctx); err != nil {
 		return false, err
 	}
@@ -186,30 +157,6 @@ func (r *Reader) refresh(ctx context.Context, min uint64) (bool, error) {
 		return r.refreshShm(ctx, min)
 	}
 	return r.refreshTCP(ctx, min > r.version)
-}
-
-// check reports why the reader cannot go on, if it cannot.
-func (r *Reader) check(ctx context.Context) error {
-	if err := r.watch.err(); err != nil {
-		return err
-	}
-	select {
-	case <-r.closed:
-		return ErrClosed
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if r.seg != nil {
-		if r.seg.closedFlag() {
-			return peerClosed(rolePublisher, r.pub, r.name)
-		}
-		if r.seg.ownerGone() {
-			return r.watch.fail(fmt.Sprintf("its process ended (shared memory %s lost its owner)", r.seg.name))
-		}
-	}
-	return nil
 }
 
 func (r *Reader) refreshShm(ctx context.Context, min uint64) (bool, error) {
@@ -309,18 +256,6 @@ func (r *Reader) dropConn(ctx context.Context, err error) error {
 		return ctx.Err()
 	}
 	return r.connErr(err)
-}
-
-func (r *Reader) connErr(err error) error {
-	if lost := r.watch.err(); lost != nil {
-		return lost
-	}
-	select {
-	case <-r.closed:
-		return ErrClosed
-	default:
-	}
-	return r.watch.fail(fmt.Sprintf("connection to %s broke: %v", r.addr, err))
 }
 
 // Close releases the reader; a fetch in progress returns ErrClosed. It is

@@ -193,9 +193,7 @@ func NewSampleReceiver(ctx context.Context, b collective.Bootstrap, name string,
 			return nil, err
 		}
 		r.seg = seg
-		binary.LittleEndian.PutUint32(seg.mem[offLayout:], layoutV1)
-		binary.LittleEndian.PutUint32(seg.mem[offKind:], uint32(cfg.Senders))
-		binary.LittleEndian.PutUint64(seg.mem[offPID:], uint64(os.Getpid()))
+		seg.initHeader(uint32(cfg.Senders))
 		binary.LittleEndian.PutUint64(seg.mem[sampleOffRing:], uint64(r.ring))
 		binary.LittleEndian.PutUint64(seg.mem[sampleOffMax:], uint64(cfg.MaxRecordBytes))
 		atomic.StoreUint64(seg.u64(offMagic), sampleMagic)
@@ -207,13 +205,9 @@ func NewSampleReceiver(ctx context.Context, b collective.Bootstrap, name string,
 	} else if opt.transport == TransportShm {
 		return nil, errNoShmTransport()
 	}
-	if opt.transport != TransportShm {
-		ep.Nonce = newNonce()
-		if r.tcp, err = startTCP(opt.listenHost, sampleMagicTCP, ep.Nonce, r.serveConn); err != nil {
-			r.Close()
-			return nil, err
-		}
-		ep.TCP = r.tcp.addr
+	if r.tcp, err = listenTCP(opt, sampleMagicTCP, &ep, r.serveConn); err != nil {
+		r.Close()
+		return nil, err
 	}
 	if err := publish(ctx, b, sampleKey(name, b.Rank()), ep); err != nil {
 		r.Close()

@@ -18,29 +18,21 @@ import (
 // to the trainer, blocking while the trainer's queue for this actor is full.
 // It is a Sink. Concurrent Pushes take turns.
 type SampleSender struct {
-	name    string
+	clientEnd
 	trainer int
 	me      int
 	max     int
-	opt     config
-	sem     chan struct{}
-	closed  chan struct{}
-	once    sync.Once
 	wg      sync.WaitGroup
-	watch   *peerWatch
 
 	// Shared memory.
-	seg  *segment
 	base int
 	ring uint64
 	tail uint64
 
-	// TCP.
+	// TCP (clientEnd.bye: the trainer closed the stream).
 	conn    net.Conn
-	addr    string
 	credit  atomic.Uint64
 	granted chan struct{} // a credit frame arrived
-	bye     chan struct{} // the trainer closed the stream
 	hdr     [frameHeader]byte
 }
 
@@ -65,18 +57,11 @@ func DialSamples(ctx context.Context, b collective.Bootstrap, name string, train
 	if err != nil {
 		return nil, err
 	}
-	s := &SampleSender{name: name, trainer: trainer, me: b.Rank(), max: ep.Record, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})}
-	shm, err := useShm(opt, b, ep, key)
+	s := &SampleSender{clientEnd: clientEnd{name: name, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})},
+		trainer: trainer, me: b.Rank(), max: ep.Record}
+	shm, err := attachLocal(opt, b, ep, key, func() error { return s.attachShm(ep, b.Rank()) })
 	if err != nil {
 		return nil, err
-	}
-	if shm {
-		if err := s.attachShm(ep, b.Rank()); err != nil {
-			if opt.transport == TransportShm || ep.TCP == "" {
-				return nil, err
-			}
-			shm = false
-		}
 	}
 	if !shm {
 		conn, err := dialTCP(ctx, ep.TCP, sampleMagicTCP, ep.Nonce, b.Rank())
@@ -128,14 +113,6 @@ func (s *SampleSender) wake() {
 	}
 }
 
-// Transport says which transport the sender uses.
-func (s *SampleSender) Transport() Transport {
-	if s.seg != nil {
-		return TransportShm
-	}
-	return TransportTCP
-}
-
 // MaxRecordBytes is the largest record the trainer takes.
 func (s *SampleSender) MaxRecordBytes() int { return s.max }
 
@@ -153,14 +130,10 @@ func (s *SampleSender) Push(ctx context.Context, rec Record) error {
 	if len(rec.Data) > s.max {
 		return fmt.Errorf("roles: record of %d bytes, sample stream %q takes at most %d: %w", len(rec.Data), s.name, s.max, ErrTooLarge)
 	}
-	select {
-	case s.sem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closed:
-		return ErrClosed
+	if err := s.acquire(ctx); err != nil {
+		return err
 	}
-	defer func() { <-s.sem }()
+	defer s.release()
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -168,30 +141,6 @@ func (s *SampleSender) Push(ctx context.Context, rec Record) error {
 		return s.pushShm(ctx, rec)
 	}
 	return s.pushTCP(ctx, rec)
-}
-
-// check reports why the sender cannot go on, if it cannot.
-func (s *SampleSender) check(ctx context.Context) error {
-	if err := s.watch.err(); err != nil {
-		return err
-	}
-	select {
-	case <-s.closed:
-		return ErrClosed
-	default:
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if s.seg != nil {
-		if s.seg.closedFlag() {
-			return peerClosed(roleTrainer, s.trainer, s.name)
-		}
-		if s.seg.ownerGone() {
-			return s.watch.fail(fmt.Sprintf("its process ended (shared memory %s lost its owner)", s.seg.name))
-		}
-	}
-	return nil
 }
 
 func (s *SampleSender) pushShm(ctx context.Context, rec Record) error {
@@ -272,22 +221,6 @@ func (s *SampleSender) readCredit() {
 		default:
 		}
 	}
-}
-
-// connErr turns a broken connection into the sender's error, recording the loss
-// unless the sender or the trainer closed on purpose.
-func (s *SampleSender) connErr(err error) error {
-	if lost := s.watch.err(); lost != nil {
-		return lost
-	}
-	select {
-	case <-s.closed:
-		return ErrClosed
-	case <-s.bye:
-		return peerClosed(roleTrainer, s.trainer, s.name)
-	default:
-	}
-	return s.watch.fail(fmt.Sprintf("connection to %s broke: %v", s.addr, err))
 }
 
 // Close detaches from the stream; a Push in progress returns ErrClosed.

@@ -2,12 +2,16 @@ package roles
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"gear/internal/futex"
 )
 
 // Shared memory common to the three streams. A segment is created by the server
@@ -63,7 +67,15 @@ func (s *segment) wake(off int) {
 	}
 	w := s.u32(off)
 	atomic.AddUint32(w, 1)
-	futexWake(w, math.MaxInt32)
+	futex.Wake(w, math.MaxInt32)
+}
+
+// initHeader writes the common header of a new segment but its magic, which
+// the owner stores last, once the words of its kind are written too.
+func (s *segment) initHeader(kind uint32) {
+	binary.LittleEndian.PutUint32(s.mem[offLayout:], layoutV1)
+	binary.LittleEndian.PutUint32(s.mem[offKind:], kind)
+	binary.LittleEndian.PutUint64(s.mem[offPID:], uint64(os.Getpid()))
 }
 
 // closedFlag reports whether the owner closed the stream.
@@ -104,7 +116,7 @@ func (s *segment) close() error {
 func notify(word, sleeping *uint32) {
 	if atomic.LoadUint32(sleeping) != 0 {
 		atomic.AddUint32(word, 1)
-		futexWake(word, math.MaxInt32)
+		futex.Wake(word, math.MaxInt32)
 	}
 }
 
@@ -150,7 +162,7 @@ func awaitShm(ctx context.Context, seg *segment, wordOff, sleepingOff int, spin 
 			atomic.AddUint32(sleeping, ^uint32(0))
 			return nil
 		}
-		futexWait(word, seen, sleepSlice)
+		futex.Wait(word, seen, sleepSlice)
 		atomic.AddUint32(sleeping, ^uint32(0))
 		if cond() {
 			return nil

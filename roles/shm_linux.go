@@ -5,8 +5,6 @@ package roles
 import (
 	"errors"
 	"fmt"
-	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -97,23 +95,4 @@ func unlinkSegment(name string) error {
 		return fmt.Errorf("roles: remove shared memory %s: %w", name, err)
 	}
 	return nil
-}
-
-// Futex operations without FUTEX_PRIVATE_FLAG: the words live in shared memory and
-// the waiters are in other processes.
-const (
-	futexWaitOp = 0 // FUTEX_WAIT
-	futexWakeOp = 1 // FUTEX_WAKE
-)
-
-// futexWait sleeps while *addr == val, for at most d. Spurious returns are fine:
-// callers loop.
-func futexWait(addr *uint32, val uint32, d time.Duration) {
-	ts := unix.NsecToTimespec(int64(d))
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitOp, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
-}
-
-// futexWake wakes up to n sleepers on addr.
-func futexWake(addr *uint32, n int) {
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakeOp, uintptr(n), 0, 0, 0)
 }

@@ -2,10 +2,7 @@
 
 package roles
 
-import (
-	"errors"
-	"time"
-)
+import "errors"
 
 // Without Linux futexes the streams use TCP only; TransportShm is refused.
 const shmSupported = false
@@ -24,7 +21,3 @@ func probeOwner(fd int) bool          { return true }
 func unmapMem(mem []byte)             {}
 func closeFD(fd int)                  {}
 func unlinkSegment(name string) error { return nil }
-
-// futexWait without futexes: a short sleep, after which the caller rechecks.
-func futexWait(addr *uint32, val uint32, d time.Duration) { time.Sleep(min(d, 50*time.Microsecond)) }
-func futexWake(addr *uint32, n int)                       {}

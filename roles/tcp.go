@@ -51,6 +51,22 @@ func (c *tconn) write(b ...[]byte) error {
 	return nil
 }
 
+// listenTCP starts the TCP listener of a stream's server end, unless opt keeps
+// the stream to shared memory (then it returns nil), and puts its address and a
+// new nonce in ep.
+func listenTCP(opt config, magic string, ep *endpoint, handle func(c *tconn)) (*tcpServer, error) {
+	if opt.transport == TransportShm {
+		return nil, nil
+	}
+	ep.Nonce = newNonce()
+	t, err := startTCP(opt.listenHost, magic, ep.Nonce, handle)
+	if err != nil {
+		return nil, err
+	}
+	ep.TCP = t.addr
+	return t, nil
+}
+
 // tcpServer accepts authenticated connections and runs handle on each, on a
 // goroutine of its own; close stops accepting, says goodbye on every connection,
 // closes them and waits for the handlers.

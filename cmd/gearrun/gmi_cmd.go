@@ -3,15 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"gear/gmi"
@@ -19,27 +16,22 @@ import (
 
 // gpusCommand: gearrun gpus [--json] [--topology FILE]
 func gpusCommand(args []string, s stdio) int {
-	fs := flag.NewFlagSet("gpus", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := newFlagSet("gpus", "gpus [--json] [--topology FILE]\n\n"+
+		"Lists GPUs, MIG instances and the MPS daemon's state.\n", s)
 	asJSON := fs.Bool("json", false, "print JSON")
 	topoFile := fs.String("topology", "", "read the GPUs from this topology file instead of NVML (default $"+gmi.EnvTopology+")")
-	fs.Usage = func() {
-		fmt.Fprintf(s.err, "usage: gearrun gpus [--json] [--topology FILE]\n\nLists GPUs, MIG instances and the MPS daemon's state.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return gmiUsageCode(err)
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(s.err, "gearrun gpus: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	ctx, stop := gmiSignalContext()
+	ctx, stop := signalContext()
 	defer stop()
 	topo, err := gmiDiscover(ctx, *topoFile)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 1
+		return fail(s, err)
 	}
 	return gmiPrint(s, *asJSON, topo, topo.WriteText)
 }
@@ -79,8 +71,8 @@ Each subcommand takes -h.
 }
 
 func gmiPlanCommand(args []string, s stdio) int {
-	fs := flag.NewFlagSet("gmi plan", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := newFlagSet("gmi plan", "gmi plan -np N [flags]\n\n"+
+		"Prints each rank's device binding, the mapping list and the reduction strategy.\n", s)
 	np := fs.Int("np", 0, "number of ranks (required)")
 	perGPU := fs.Int("gmi-per-gpu", 1, "ranks (GMIs) per GPU; 1 binds one rank per GPU")
 	backend := fs.String("gmi-backend", "auto", "auto, mps, mig or none")
@@ -89,12 +81,8 @@ func gmiPlanCommand(args []string, s stdio) int {
 	memLimit := fs.String("mps-mem-limit", "", "per-rank MPS device memory limit: even (1/K of the GPU) or a size such as 8G")
 	topoFile := fs.String("topology", "", "read the GPUs from this topology file instead of NVML (default $"+gmi.EnvTopology+")")
 	asJSON := fs.Bool("json", false, "print JSON")
-	fs.Usage = func() {
-		fmt.Fprintf(s.err, "usage: gearrun gmi plan -np N [flags]\n\nPrints each rank's device binding, the mapping list and the reduction strategy.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return gmiUsageCode(err)
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(s.err, "gearrun gmi plan: unexpected argument %q\n", fs.Arg(0))
@@ -107,14 +95,12 @@ func gmiPlanCommand(args []string, s stdio) int {
 	req := gmi.PlanRequest{Ranks: *np, GMIPerGPU: *perGPU}
 	b, err := gmi.ParseBackend(*backend)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 2
+		return failCode(s, 2, err)
 	}
 	req.Backend = b
 	w, err := gmi.ParseWorkload(*workload)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 2
+		return failCode(s, 2, err)
 	}
 	req.Workload = w
 	if *devices != "" {
@@ -129,37 +115,30 @@ func gmiPlanCommand(args []string, s stdio) int {
 	}
 	if *memLimit != "" {
 		if req.MPSMemLimitMiB, req.MPSMemLimitEven, err = gmi.ParseMemLimit(*memLimit); err != nil {
-			fmt.Fprintf(s.err, "gearrun: %v\n", err)
-			return 2
+			return failCode(s, 2, err)
 		}
 	}
-	ctx, stop := gmiSignalContext()
+	ctx, stop := signalContext()
 	defer stop()
 	topo, err := gmiDiscover(ctx, *topoFile)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 1
+		return fail(s, err)
 	}
 	p, err := gmi.NewPlan(topo, req)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 1
+		return fail(s, err)
 	}
 	return gmiPrint(s, *asJSON, p, p.WriteText)
 }
 
 func gmiScheduleCommand(args []string, s stdio) int {
-	fs := flag.NewFlagSet("gmi schedule", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := newFlagSet("gmi schedule", "gmi schedule --layout LIST [--strategy NAME] [--json]\n\n"+
+		"Prints which GMIs reduce together at each step.\n", s)
 	layout := fs.String("layout", "", "mapping list, such as [[0,1,2],[3,4,5]] (default $"+gmi.EnvGMILayout+")")
 	strategy := fs.String("strategy", "", "multi-process, multi-ring or hierarchical (default: Algorithm 1's choice)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	fs.Usage = func() {
-		fmt.Fprintf(s.err, "usage: gearrun gmi schedule --layout LIST [--strategy NAME] [--json]\n\nPrints which GMIs reduce together at each step.\n\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return gmiUsageCode(err)
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if *layout == "" {
 		*layout = os.Getenv(gmi.EnvGMILayout)
@@ -170,20 +149,17 @@ func gmiScheduleCommand(args []string, s stdio) int {
 	}
 	m, err := gmi.ParseMapping(*layout)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 2
+		return failCode(s, 2, err)
 	}
 	st := gmi.ChooseStrategy(m)
 	if *strategy != "" {
 		if st, err = gmi.ParseStrategy(*strategy); err != nil {
-			fmt.Fprintf(s.err, "gearrun: %v\n", err)
-			return 2
+			return failCode(s, 2, err)
 		}
 	}
 	sc, err := gmi.ReductionSchedule(m, st)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 1
+		return fail(s, err)
 	}
 	return gmiPrint(s, *asJSON, sc, sc.WriteText)
 }
@@ -212,8 +188,8 @@ a non-zero exit, a timeout or no throughput means the configuration does not run
 `, gmi.EnvGMIPerGPU, gmi.EnvNumEnv)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return gmiUsageCode(err)
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	argv := fs.Args()
 	if len(argv) == 0 {
@@ -229,19 +205,17 @@ a non-zero exit, a timeout or no throughput means the configuration does not run
 		fmt.Fprintln(s.err, "gearrun gmi search: --gpus, --max-gmi, --min-gmi, --min-env and --max-env must be positive")
 		return 2
 	}
-	ctx, stop := gmiSignalContext()
+	ctx, stop := signalContext()
 	defer stop()
 	topo, err := gmiDiscover(ctx, *topoFile)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 1
+		return fail(s, err)
 	}
 	if cfg.GPUs == 0 {
 		cfg.GPUs = max(1, len(topo.GPUs))
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 2
+		return failCode(s, 2, err)
 	}
 	cmd := &gmi.BenchCommand{Args: argv, Timeout: *timeout}
 	if *gpu < 0 && len(topo.GPUs) > 0 {
@@ -302,22 +276,7 @@ func gmiPrint(s stdio, asJSON bool, v any, text func(io.Writer) error) int {
 		err = text(s.out)
 	}
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 1
+		return fail(s, err)
 	}
 	return 0
-}
-
-// gmiUsageCode is the exit code for a flag parsing error: 0 for -h, else 2.
-func gmiUsageCode(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	}
-	return 2
-}
-
-// gmiSignalContext ends on SIGINT or SIGTERM, so that a search stops its
-// benchmark run.
-func gmiSignalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }

@@ -2,57 +2,22 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/google/uuid"
 
 	"gear/jobs"
-	"gear/launch"
 )
 
 // The job-spec commands: validate, run, submit, status, cancel, logs. Each parses
 // its flags and calls package jobs.
-
-// signalContext is cancelled by SIGINT or SIGTERM (scancel sends SIGTERM).
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
-func newFlagSet(name, usage string, s stdio) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(s.err)
-	fs.Usage = func() {
-		fmt.Fprintf(s.err, "usage: gearrun %s\n", usage)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// parseFlags parses args; done is true when the command should return code.
-func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0, true
-		}
-		return 2, true
-	}
-	return 0, false
-}
-
-func fail(s stdio, err error) int {
-	fmt.Fprintf(s.err, "gearrun: %v\n", err)
-	return 1
-}
 
 func validateCommand(args []string, s stdio) int {
 	fs := newFlagSet("validate", "validate JOB.toml...", s)
@@ -98,12 +63,8 @@ func runJobCommand(args []string, s stdio) int {
 	slurm := fs.Bool("slurm", false, "run inside a SLURM allocation (the batch script of gearrun submit does this)")
 	slurmTask := fs.Bool("slurm-task", false, "run one rank under srun (gearrun run --slurm does this)")
 	jobDir := fs.String("job-dir", "", "the job's directory in the state directory (with --slurm and --slurm-task)")
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseOneArg(fs, args); done {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
 	}
 	path := fs.Arg(0)
 	spec, err := jobs.Load(path)
@@ -171,12 +132,8 @@ func submitCommand(args []string, s stdio) int {
 	dryRun := fs.Bool("dry-run", false, "print the batch script and exit")
 	parsable := fs.Bool("parsable", false, "print only \"GEAR_ID SLURM_ID\"")
 	stateDir := stateDirFlag(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseOneArg(fs, args); done {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
 	}
 	path := fs.Arg(0)
 	spec, err := jobs.Load(path)
@@ -328,12 +285,8 @@ func cancelCommand(args []string, s stdio) int {
 	fs := newFlagSet("cancel", "cancel [--wait] ID", s)
 	wait := fs.Bool("wait", false, "wait until the job has left the queue")
 	stateDir := stateDirFlag(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseOneArg(fs, args); done {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
 	}
 	c, err := openCluster(*stateDir)
 	if err != nil {
@@ -360,12 +313,8 @@ func logsCommand(args []string, s stdio) int {
 	fs := newFlagSet("logs", "logs [-f] ID", s)
 	follow := fs.Bool("f", false, "follow the output until the job ends")
 	stateDir := stateDirFlag(fs)
-	if code, done := parseFlags(fs, args); done {
+	if code, done := parseOneArg(fs, args); done {
 		return code
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
 	}
 	c, err := openCluster(*stateDir)
 	if err != nil {
@@ -395,22 +344,5 @@ func runLocal(spec *jobs.Spec, path string, dryRun bool, s stdio) int {
 		}
 		return 0
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	opts := spec.Options()
-	opts.Stdout, opts.Stderr, opts.Stdin, opts.Signals = s.out, s.err, s.in, sigs
-	res, err := launch.Run(context.Background(), plan, opts)
-	if err != nil {
-		var je *launch.JobError
-		if !errors.As(err, &je) {
-			fmt.Fprintf(s.err, "gearrun: %v\n", err)
-			return launch.ExitLaunchFailed
-		}
-		if !je.Announced {
-			fmt.Fprintf(s.err, "gearrun: %s\n", je.Cause)
-		}
-		return je.Code
-	}
-	return res.ExitCode
+	return runPlan(plan, spec.Options(), s)
 }

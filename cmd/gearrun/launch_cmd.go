@@ -277,25 +277,22 @@ func launchCommand(args []string, s stdio) int {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
-		return 2
+		return failCode(s, 2, err)
 	}
 	if bindsGPUs(req) {
 		topo, err := launchDiscover(context.Background(), lf.topology)
 		if err != nil {
-			fmt.Fprintf(s.err, "gearrun: %v\n", err)
-			return launch.ExitLaunchFailed
+			return failCode(s, launch.ExitLaunchFailed, err)
 		}
 		req.Topology = topo
 	}
 	plan, err := launch.NewPlan(req)
 	if err != nil {
-		fmt.Fprintf(s.err, "gearrun: %v\n", err)
 		var be *launch.BindError
 		if errors.As(err, &be) {
-			return launch.ExitLaunchFailed // the binding does not fit this machine
+			return failCode(s, launch.ExitLaunchFailed, err) // the binding does not fit this machine
 		}
-		return 2
+		return failCode(s, 2, err)
 	}
 	if lf.dryRun {
 		if lf.json {
@@ -304,31 +301,32 @@ func launchCommand(args []string, s stdio) int {
 			err = plan.WriteText(s.out)
 		}
 		if err != nil {
-			fmt.Fprintf(s.err, "gearrun: %v\n", err)
-			return 1
+			return fail(s, err)
 		}
 		return 0
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	opts := launch.Options{
-		Stdout:    s.out,
-		Stderr:    s.err,
-		Stdin:     s.in,
+	return runPlan(plan, launch.Options{
 		TagOutput: lf.tagOutput,
 		OutputDir: lf.outputDir,
 		Timeout:   lf.timeout,
 		Grace:     lf.grace,
-		Signals:   sigs,
 		Verbose:   lf.verbose,
-	}
+	}, s)
+}
+
+// runPlan runs plan with opts on the command's stdio, passing SIGINT and
+// SIGTERM on to the launcher, and returns gearrun's exit code: the job's, or
+// launch.ExitLaunchFailed when it could not be started.
+func runPlan(plan *launch.Plan, opts launch.Options, s stdio) int {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	opts.Stdout, opts.Stderr, opts.Stdin, opts.Signals = s.out, s.err, s.in, sigs
 	res, err := launch.Run(context.Background(), plan, opts)
 	if err != nil {
 		var je *launch.JobError
 		if !errors.As(err, &je) {
-			fmt.Fprintf(s.err, "gearrun: %v\n", err)
-			return launch.ExitLaunchFailed
+			return failCode(s, launch.ExitLaunchFailed, err)
 		}
 		if !je.Announced {
 			fmt.Fprintf(s.err, "gearrun: %s\n", je.Cause)
@@ -339,21 +337,14 @@ func launchCommand(args []string, s stdio) int {
 }
 
 func cleanCommand(args []string, s stdio) int {
-	fs := flag.NewFlagSet("gearrun clean", flag.ContinueOnError)
-	fs.SetOutput(s.err)
+	fs := newFlagSet("gearrun clean", "clean [flags]\n\n"+
+		"Remove the shared-memory segments of gear jobs that are gone.\n\nFlags:", s)
 	var opts launch.CleanOptions
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "list what would be removed, remove nothing")
 	fs.StringVar(&opts.ShmDir, "shm-dir", "/dev/shm", "directory of shared-memory segments")
 	fs.StringVar(&opts.RuntimeDir, "runtime-dir", rank.RuntimeDir(), "directory of job lock files")
-	fs.Usage = func() {
-		fmt.Fprintf(s.err, "usage: gearrun clean [flags]\n\nRemove the shared-memory segments of gear jobs that are gone.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, done := parseFlags(fs, args); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(s.err, "gearrun clean: unexpected argument %q\n", fs.Arg(0))

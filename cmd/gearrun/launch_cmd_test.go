@@ -16,11 +16,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"gear/internal/geartest"
 	"gear/launch"
 	"gear/rank"
 
@@ -433,7 +433,7 @@ func TestRendezvousAndBarrier(t *testing.T) {
 
 func TestWrongTokenRefusedByLauncher(t *testing.T) {
 	dir := t.TempDir()
-	var stderr syncWriter
+	var stderr geartest.Buffer
 	// A job whose ranks hold: its coordinator keeps listening.
 	cmd := gearrunCmd(t, "hold", []string{envDir + "=" + dir}, "-v", "-np", "2")
 	cmd.Stderr = &stderr
@@ -625,21 +625,4 @@ func TestLauncherLeavesNothingBehind(t *testing.T) {
 		c.Close()
 		t.Fatalf("coordinator %s still listening", addr)
 	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -9,9 +9,14 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 // stdio is where a subcommand reads and writes.
@@ -71,4 +76,58 @@ Commands:
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
+}
+
+// The helpers below are shared by the subcommands.
+
+// signalContext is cancelled by SIGINT or SIGTERM (scancel sends SIGTERM), so
+// that a command stops what it waits for (a job, a benchmark run).
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// newFlagSet makes a subcommand's flag set: errors go to s.err, and -h prints
+// "usage: gearrun " and usage (whose first line may be followed by a
+// description), then the flags.
+func newFlagSet(name, usage string, s stdio) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(s.err)
+	fs.Usage = func() {
+		fmt.Fprintf(s.err, "usage: gearrun %s\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; done is true when the command should return code.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, true
+		}
+		return 2, true
+	}
+	return 0, false
+}
+
+// parseOneArg is parseFlags for a command that takes exactly one argument:
+// another count prints the usage and returns 2.
+func parseOneArg(fs *flag.FlagSet, args []string) (code int, done bool) {
+	if code, done := parseFlags(fs, args); done {
+		return code, true
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2, true
+	}
+	return 0, false
+}
+
+// fail reports err and returns exit code 1.
+func fail(s stdio, err error) int { return failCode(s, 1, err) }
+
+// failCode reports err and returns code.
+func failCode(s stdio, code int, err error) int {
+	fmt.Fprintf(s.err, "gearrun: %v\n", err)
+	return code
 }

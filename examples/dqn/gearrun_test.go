@@ -13,39 +13,23 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"gear/examples/dqn/cartpole"
 	"gear/examples/dqn/dist"
+	"gear/internal/geartest"
 	"gear/jobs"
 )
 
-// binDir holds gearrun and dqn, built once for the tests that launch them.
-var (
-	binDir   string
-	buildErr error
-	building sync.Once
-)
+// bins are gearrun and dqn, built once for the tests that launch them.
+var bins = geartest.NewCommands("gear/cmd/gearrun", "gear/examples/dqn")
 
 // binaries builds gearrun and dqn (once) and returns their paths.
 func binaries(t *testing.T) (gearrun, dqn string) {
 	t.Helper()
-	building.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "dqn-test-"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir, "gear/cmd/gearrun", "gear/examples/dqn")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(binDir, "gearrun"), filepath.Join(binDir, "dqn")
+	return bins.Path(t, "gearrun"), bins.Path(t, "dqn")
 }
 
 // withoutRankEnv keeps a test run under gearrun from passing its own rank

@@ -1,7 +1,6 @@
 package launchtest
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"regexp"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"gear/internal/geartest"
 	"gear/launch"
 	"gear/rank"
 )
@@ -108,7 +108,7 @@ func RunRanks(t *testing.T, n int, fn func(t *testing.T, w *rank.World), opts ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out geartest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout+30*time.Second)
 	defer cancel()
 	res, err := launch.Run(ctx, plan, launch.Options{
@@ -150,21 +150,4 @@ func runPattern(name string) string {
 		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
 	}
 	return strings.Join(parts, "/")
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

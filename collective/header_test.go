@@ -1,0 +1,75 @@
+package collective
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// FuzzDecodeHeader feeds arbitrary frames, as a peer's TCP connection or
+// shared-memory ring could hold them, to the header decoder and what the
+// receiver does with a header: decoding never fails and round-trips, naming the
+// call never panics, a frame is accepted for the call in progress only when it
+// matches it field for field, and a goodbye's failure notice decodes to an error.
+func FuzzDecodeHeader(f *testing.F) {
+	seeds := []header{
+		{seq: 7, count: 100, kind: kindAllReduce, dtype: Float32, op: Sum, algo: algoRing, n: 400, step: 3},
+		{seq: 1, count: 4, kind: kindBroadcast, dtype: Bytes, algo: algoTree, root: 2, n: 4},
+		{seq: 9, count: 16, kind: kindReduceScatter, dtype: Int64, op: Max, algo: algoRing, n: 32, step: 1},
+		{seq: 1<<63 + 5, count: 8, kind: kindP2P, dtype: Float64, n: 64},
+		{seq: 3, kind: kindBarrier, dtype: Bytes, algo: algoDissemination},
+		{kind: kindBye, n: 2},
+		{kind: kindWrap},
+		{seq: ^uint64(0), count: ^uint64(0), kind: 0xff, dtype: 0xff, op: 0xff, algo: 0xff, root: ^uint32(0), n: ^uint32(0), step: ^uint32(0)},
+	}
+	for _, h := range seeds {
+		b := make([]byte, headerSize)
+		h.encode(b)
+		f.Add(b)
+	}
+	bye := make([]byte, headerSize)
+	(&header{kind: kindBye}).encode(bye)
+	for _, note := range [][]byte{
+		encodeAbort(1, &MismatchError{Rank: 1, Call: "AllReduce", PeerRank: 2, PeerCall: "Barrier"}),
+		encodeAbort(0, &LostError{Rank: 3, WorldRank: 5, Reason: "killed"}),
+		[]byte("{"),
+	} {
+		f.Add(append(bytes.Clone(bye), note...))
+	}
+	f.Add([]byte{})
+
+	// The call in progress that received frames are checked against.
+	want := header{seq: 7, count: 100, kind: kindAllReduce, dtype: Float32, op: Sum, algo: algoRing}
+	x := &call{c: &Comm{rank: 0}, h: want}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) < headerSize {
+			return // the transports read whole headers before they decode one
+		}
+		var h header
+		h.decode(b)
+		again := make([]byte, headerSize)
+		h.encode(again)
+		if !bytes.Equal(again, b[:headerSize]) {
+			t.Fatalf("header %+v encodes to %x, decoded from %x", h, again, b[:headerSize])
+		}
+		if h.describe() == "" {
+			t.Fatalf("header %+v describes as nothing", h)
+		}
+		err := x.check(1, &h, h.step, int(h.n))
+		match := h.sameCall(&want) && h.algo == want.algo
+		var me *MismatchError
+		switch {
+		case match && err != nil:
+			t.Fatalf("frame %+v of the call in progress refused: %v", h, err)
+		case !match && !errors.As(err, &me):
+			t.Fatalf("frame %+v of another call: got %v, want a *MismatchError", h, err)
+		case err != nil && err.Error() == "":
+			t.Fatal("empty mismatch error")
+		}
+		if h.kind == kindBye {
+			if err := decodeAbort(b[headerSize:]); err == nil || err.Error() == "" {
+				t.Fatalf("failure notice %q decodes to %v", b[headerSize:], err)
+			}
+		}
+	})
+}

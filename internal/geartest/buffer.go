@@ -1,0 +1,28 @@
+package geartest
+
+import (
+	"bytes"
+	"sync"
+)
+
+// Buffer is a bytes.Buffer that concurrent writers (the exec package's copying
+// goroutines, a logger, a launcher's output) and the test reading it may share.
+// The zero value is ready to use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
