@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -96,7 +95,7 @@ func where(file string, line, col int) string {
 	return ""
 }
 
-var mismatchRE = regexp.MustCompile(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
+var mismatchRE = lazyRE(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
 
 func decodeError(err error, data []byte, file string) error {
 	var strict *toml.StrictMissingError
@@ -114,7 +113,7 @@ func decodeError(err error, data []byte, file string) error {
 	if errors.As(err, &de) {
 		line, col := de.Position()
 		msg := strings.TrimPrefix(de.Error(), "toml: ")
-		if m := mismatchRE.FindStringSubmatch(msg); m != nil {
+		if m := mismatchRE().FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("want %s, got TOML %s", m[2], m[1])
 		}
 		key := keyPath(de.Key())

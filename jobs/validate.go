@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"gear/rank"
 )
@@ -35,18 +36,25 @@ func (v *validator) add(field, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
 }
 
+// The patterns are compiled on first use: gearrun's start-up (a launch of
+// /bin/true) should not pay for them.
 var (
 	// jobNameRE: the name goes into SLURM's --job-name and into file names.
-	jobNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
-	roleRE    = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-	envKeyRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	columnRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]{0,63}$`)
+	jobNameRE = lazyRE(`^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$`)
+	roleRE    = lazyRE(`^[a-z][a-z0-9_-]{0,31}$`)
+	envKeyRE  = lazyRE(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	columnRE  = lazyRE(`^[A-Za-z_][A-Za-z0-9_.]{0,63}$`)
 	// slurmTimeRE: the formats sbatch --time accepts.
-	slurmTimeRE = regexp.MustCompile(`^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2}|infinite|unlimited|UNLIMITED|INFINITE)$`)
+	slurmTimeRE = lazyRE(`^(\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d{1,2}|\d+-\d{1,2}:\d{1,2}|\d+-\d{1,2}:\d{1,2}:\d{1,2}|infinite|unlimited|UNLIMITED|INFINITE)$`)
 	// slurmWordRE: partition, account and qos names; anything else would have
 	// to be quoted in a batch script.
-	slurmWordRE = regexp.MustCompile(`^[A-Za-z0-9_.,:+@=-]+$`)
+	slurmWordRE = lazyRE(`^[A-Za-z0-9_.,:+@=-]+$`)
 )
+
+// lazyRE returns a function that compiles expr once, when first called.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
 
 // reservedEnv are the variables the launcher sets per rank; a spec may not set
 // them.
@@ -61,7 +69,7 @@ func (v *validator) spec(s *Spec) {
 	switch {
 	case s.Name == "":
 		v.add("name", "must not be empty")
-	case !jobNameRE.MatchString(s.Name):
+	case !jobNameRE().MatchString(s.Name):
 		v.add("name", "%q: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100", s.Name)
 	}
 	v.launch(&s.Launch, len(s.Groups) > 0, s.WorldSize())
@@ -126,7 +134,7 @@ func (v *validator) command(field string, cmd []string) {
 func (v *validator) env(field string, env map[string]string) {
 	for _, k := range sortedKeys(env) {
 		switch {
-		case !envKeyRE.MatchString(k):
+		case !envKeyRE().MatchString(k):
 			v.add(field+"."+keyPath([]string{k}), "not a valid environment variable name")
 		case slices.Contains(reservedEnv, k):
 			v.add(field+"."+k, "set by the launcher for each rank; a spec may not set it")
@@ -140,7 +148,7 @@ func (v *validator) group(field string, g *Group, roles map[string]int, i int) {
 	switch {
 	case g.Role == "":
 		v.add(field+".role", "must not be empty")
-	case !roleRE.MatchString(g.Role):
+	case !roleRE().MatchString(g.Role):
 		v.add(field+".role", "%q: use lower-case letters, digits, '_' and '-', starting with a letter, at most 32", g.Role)
 	default:
 		if j, dup := roles[g.Role]; dup {
@@ -206,13 +214,13 @@ func (v *validator) slurm(sl *Slurm, world int) {
 	if sl.GPUsPerNode < 0 {
 		v.add("slurm.gpus_per_node", "must not be negative, got %d", sl.GPUsPerNode)
 	}
-	if sl.Time != "" && !slurmTimeRE.MatchString(sl.Time) {
+	if sl.Time != "" && !slurmTimeRE().MatchString(sl.Time) {
 		v.add("slurm.time", "%q: want MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS", sl.Time)
 	}
 	for _, f := range []struct{ name, val string }{
 		{"slurm.partition", sl.Partition}, {"slurm.account", sl.Account}, {"slurm.qos", sl.QOS},
 	} {
-		if f.val != "" && !slurmWordRE.MatchString(f.val) {
+		if f.val != "" && !slurmWordRE().MatchString(f.val) {
 			v.add(f.name, "%q: must not contain spaces, quotes or shell characters", f.val)
 		}
 	}
@@ -253,7 +261,7 @@ func isManagedOption(opt string) bool {
 }
 
 func (v *validator) table(t *Table, world int) {
-	if t.Name == "" || !columnRE.MatchString(t.Name) {
+	if t.Name == "" || !columnRE().MatchString(t.Name) {
 		v.add("table.name", "%q: use letters, digits, '_' and '.', starting with a letter or '_'", t.Name)
 	}
 	if len(t.Columns) == 0 {
@@ -263,7 +271,7 @@ func (v *validator) table(t *Table, world int) {
 	for i, c := range t.Columns {
 		field := fmt.Sprintf("table.columns[%d]", i)
 		switch {
-		case !columnRE.MatchString(c.Name):
+		case !columnRE().MatchString(c.Name):
 			v.add(field+".name", "%q: use letters, digits, '_' and '.', starting with a letter or '_'", c.Name)
 		default:
 			if j, dup := names[c.Name]; dup {

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // A parent-death signal reaches only the ranks themselves, not their children. So
@@ -24,16 +23,10 @@ done
 rm -f -- "$1"/gear."$2".* "$3"
 exit 0`
 
-// guardDelay is how long a job runs before its guard starts: jobs shorter than
-// that (a launch of /bin/true, a quick hello) do not pay for a guard process.
-// Their ranks still die with the launcher through the parent-death signal; only
-// a grandchild started in that window could outlive a SIGKILLed launcher.
-const guardDelay = 50 * time.Millisecond
-
 type guard struct {
 	sh, shmDir, jobID, lockPath string
 	log                         *slog.Logger
-	timer                       *time.Timer
+	starting                    sync.WaitGroup
 
 	mu     sync.Mutex
 	pgids  []int
@@ -42,8 +35,10 @@ type guard struct {
 	closed bool
 }
 
-// startGuard arranges for the guard to start after guardDelay; without a shell
-// the guard is inert.
+// startGuard starts the guard beside the ranks' start-up, so that a launcher
+// killed a moment after its ranks started still takes their children with it
+// (only a grandchild started in the first millisecond or two, before the guard
+// runs, could outlive it). Without a shell the guard is inert.
 func startGuard(shmDir, jobID, lockPath string, log *slog.Logger) *guard {
 	g := &guard{shmDir: shmDir, jobID: jobID, lockPath: lockPath, log: log}
 	sh, err := exec.LookPath("sh")
@@ -52,7 +47,11 @@ func startGuard(shmDir, jobID, lockPath string, log *slog.Logger) *guard {
 		return g
 	}
 	g.sh = sh
-	g.timer = time.AfterFunc(guardDelay, g.start)
+	g.starting.Add(1)
+	go func() {
+		defer g.starting.Done()
+		g.start()
+	}()
 	return g
 }
 
@@ -99,9 +98,10 @@ func (g *guard) add(pgid int) {
 
 // done stops the guard without it killing anything, and reaps it.
 func (g *guard) done() {
-	if g.timer != nil {
-		g.timer.Stop()
-	}
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.starting.Wait()
 	g.mu.Lock()
 	g.closed = true
 	w, proc := g.w, g.proc
