@@ -166,6 +166,18 @@ func (c *Comm) Size() int { return c.size }
 // WorldRank is the world rank of the communicator's rank r.
 func (c *Comm) WorldRank(r int) int { return c.world[r] }
 
+// Name is the communicator's name, the same on every rank and unique among the
+// communicators of its world: "world" (or WithName's) for New, derived from the
+// parent's for Split. The communicator keeps its bootstrap keys under
+// "collective/<Name>/"; what is built on it (a Layout, an NCCL communicator of
+// package gear/collective/nccl) keeps its own under names derived from it.
+func (c *Comm) Name() string { return c.id }
+
+// Bootstrap is the Bootstrap of the communicator's world (for a Split
+// communicator, its parent's), for packages that build on a communicator:
+// its Rank and Size are the world's, not the communicator's.
+func (c *Comm) Bootstrap() Bootstrap { return c.boot }
+
 // Hosts returns the ranks of the communicator grouped by host, hosts in the order
 // of their lowest rank.
 func (c *Comm) Hosts() [][]int {

@@ -38,13 +38,16 @@
 // reductions (multi-process, multi-ring, hierarchical), chosen by its
 // Algorithm 1 from the mapping or forced. LayoutAllReduce reduces host buffers
 // over the host path; Layout.AllReduceDevice reduces device buffers with NCCL
-// between GPUs where present (WithDevice) and through host copies among the
+// between GPUs where present (WithDevice(nccl.ForLayout(dev))) and through host copies among the
 // GMIs of one GPU.
 //
-// Device buffers. NewNCCL (or Comm.NCCL, for the ranks of a communicator)
-// builds an NCCLComm, whose calls take cuda.DevicePtr buffers and keep the
-// errors above: an ended context or a lost rank aborts the NCCL communicator
-// instead of hanging, and the first error sticks.
+// Device buffers. Package gear/collective/nccl builds NCCL communicators
+// (nccl.New for the world, nccl.FromComm for the ranks of a communicator),
+// whose calls take cuda.DevicePtr buffers and keep the errors above: an ended
+// context or a lost rank aborts the NCCL communicator instead of hanging, and
+// the first error sticks. It is a package of its own so that this one, and
+// every program that uses it, links no GPU binding (and stays a static
+// binary that starts fast).
 //
 // Tuning (chunk size, ring size, the sizes where algorithms switch) has measured
 // defaults; docs/collectives.md describes the protocols and the measurements.

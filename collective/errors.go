@@ -82,6 +82,18 @@ func (e *AbortError) Error() string {
 // Is makes errors.Is(err, ErrAborted) true.
 func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 
+// EncodeAbortNote is the notice by which communicator rank from tells the
+// other ranks why its communicator failed with err, the way Comm publishes it
+// under its bootstrap key "collective/<Name>/abort". It is for packages that
+// build communicators with Comm's error semantics on other links (package
+// gear/collective/nccl); DecodeAbortNote reads it back.
+func EncodeAbortNote(from int, err error) []byte { return encodeAbort(from, err) }
+
+// DecodeAbortNote is the error a rank returns on hearing the notice b of
+// EncodeAbortNote: the same *MismatchError or *LostError, or *AbortError naming
+// the rank that failed first and its cause (also for a notice it cannot read).
+func DecodeAbortNote(b []byte) error { return decodeAbort(b) }
+
 // abortNote is how a failure travels to the other ranks (through the bootstrap).
 type abortNote struct {
 	Type     string `json:"type"` // "mismatch", "lost" or "abort"

@@ -12,7 +12,6 @@ import (
 	"time"
 	"unsafe"
 
-	"gear/cuda"
 	"gear/gmi"
 )
 
@@ -25,10 +24,11 @@ import (
 //
 // Host buffers (LayoutAllReduce) take the host path in every step: shared
 // memory among the ranks of a host, TCP between hosts. Device buffers
-// (AllReduceDevice, with WithDevice) take NCCL on the groups whose link is
-// "nccl" (every member on a different GPU) when every rank has a device and
-// NCCL, and the host path, through a host copy, on the others; without NCCL
-// (or on virtual GPUs from a topology file) every step takes the host path.
+// (AllReduceDevice, with WithDevice) take the device's links (NCCL, with
+// package gear/collective/nccl) on the groups whose link is "nccl" (every
+// member on a different GPU) when every rank's Device has them, and the host
+// path, through a host copy, on the others; without device links (or on
+// virtual GPUs from a topology file) every step takes the host path.
 //
 // Errors follow Comm's: a step that fails makes the whole layout fail, the
 // other ranks hear of it through the bootstrap, and every later call returns
@@ -40,11 +40,11 @@ type Layout struct {
 	mapping  gmi.Mapping
 	strategy gmi.Strategy
 	sched    gmi.Schedule
-	steps    []layoutStep // this rank's steps, in order
-	subs     []*Comm      // owned
-	nccls    []*NCCLComm  // owned
-	dev      *cuda.Device
-	useNCCL  bool
+	steps    []layoutStep  // this rank's steps, in order
+	subs     []*Comm       // owned
+	groups   []DeviceGroup // owned
+	dev      Device
+	useNCCL  bool // device groups carry the "nccl" groups
 
 	opMu  sync.Mutex
 	seq   uint64
@@ -66,9 +66,9 @@ type layoutStep struct {
 	phase string
 	op    gmi.Op
 	link  gmi.Link
-	comm  *Comm     // the group's host communicator
-	nccl  *NCCLComm // the group's NCCL communicator, when NCCL carries it
-	root  int       // the group root's rank in comm (and nccl)
+	comm  *Comm       // the group's host communicator
+	dev   DeviceGroup // the group's device group, when device links carry it
+	root  int         // the group root's rank in comm (and dev)
 }
 
 // LayoutOption changes how NewLayout builds a Layout.
@@ -76,8 +76,7 @@ type LayoutOption func(*layoutConfig)
 
 type layoutConfig struct {
 	strategy  gmi.Strategy
-	dev       *cuda.Device
-	ncclOpts  []NCCLOption
+	dev       Device
 	hostLinks bool
 }
 
@@ -87,16 +86,18 @@ func WithStrategy(s gmi.Strategy) LayoutOption {
 	return func(c *layoutConfig) { c.strategy = s }
 }
 
-// WithDevice gives the layout this rank's device, for AllReduceDevice. The
-// groups whose link is "nccl" get NCCL communicators built with opts (the
-// library, the stream) when NCCL loads on every rank; otherwise they take the
-// host path too.
-func WithDevice(dev *cuda.Device, opts ...NCCLOption) LayoutOption {
-	return func(c *layoutConfig) { c.dev, c.ncclOpts = dev, opts }
+// WithDevice gives the layout this rank's device, for AllReduceDevice:
+// nccl.ForLayout(dev, opts...) of package gear/collective/nccl for a CUDA
+// device. When dev implements DeviceLinks and its links are available on
+// every rank, the groups whose link is "nccl" get device groups
+// (NewDeviceGroup: NCCL communicators); otherwise they take the host path too.
+func WithDevice(dev Device) LayoutOption {
+	return func(c *layoutConfig) { c.dev = dev }
 }
 
 // WithHostLinks carries the "nccl" groups over the host path too, even where
-// NCCL is present (to compare, or where the GPUs cannot talk to each other).
+// the device has links (NCCL): to compare, or where the GPUs cannot talk to
+// each other.
 func WithHostLinks() LayoutOption { return func(c *layoutConfig) { c.hostLinks = true } }
 
 // LayoutFromEnv is NewLayout with the mapping the launcher gave this rank in
@@ -125,8 +126,9 @@ func LayoutFromEnv(ctx context.Context, c *Comm, opts ...LayoutOption) (*Layout,
 // g holds the ranks on the g-th GPU. Every rank of c must call NewLayout with
 // the same mapping and options (it checks, and every rank returns the error if
 // one disagrees); it splits c once per step of the schedule that brings new
-// groups, and builds the NCCL communicators of the "nccl" groups when
-// WithDevice is given and every rank has NCCL.
+// groups, and builds the device groups (NCCL communicators) of the "nccl"
+// groups when WithDevice gives a Device with DeviceLinks and every rank has
+// them.
 func NewLayout(ctx context.Context, c *Comm, m gmi.Mapping, opts ...LayoutOption) (_ *Layout, err error) {
 	if c == nil {
 		return nil, errNilComm
@@ -156,11 +158,12 @@ func NewLayout(ctx context.Context, c *Comm, m gmi.Mapping, opts ...LayoutOption
 		}
 	}()
 
-	// Every rank must run the same schedule, and NCCL only where every rank
-	// has it.
+	// Every rank must run the same schedule, and device links only where
+	// every rank has them.
+	links, _ := cfg.dev.(DeviceLinks)
 	canNCCL := false
-	if local == nil && cfg.dev != nil && !cfg.hostLinks && hasNCCLGroup(l.sched) {
-		canNCCL = ncclAvailable(cfg.ncclOpts)
+	if local == nil && links != nil && !cfg.hostLinks && hasNCCLGroup(l.sched) {
+		canNCCL = links.LinksAvailable()
 	}
 	seq, err := l.agree(ctx, local, canNCCL)
 	if err != nil {
@@ -174,7 +177,7 @@ func NewLayout(ctx context.Context, c *Comm, m gmi.Mapping, opts ...LayoutOption
 	me := c.world[c.rank]
 	type groupComms struct {
 		comm *Comm
-		nccl *NCCLComm
+		dev  DeviceGroup
 	}
 	seen := map[string]*groupComms{} // by the group's ranks, in order; nil: not this rank's
 	sig := func(g gmi.Group) string { return fmt.Sprint(g.Ranks) }
@@ -218,22 +221,22 @@ func NewLayout(ctx context.Context, c *Comm, m gmi.Mapping, opts ...LayoutOption
 		l.steps = append(l.steps, layoutStep{phase: st.Phase, op: st.Op, link: my.Link, comm: gc.comm, root: max(slices.Index(my.Ranks, my.Root), 0)})
 		mine = append(mine, gc)
 	}
-	// NCCL communicators of the "nccl" groups, in step order (each waits only
-	// for its members, who build theirs in the same order).
+	// Device groups (NCCL communicators) of the "nccl" groups, in step order
+	// (each waits only for its members, who build theirs in the same order).
 	if l.useNCCL {
 		for i := range l.steps {
 			st, gc := &l.steps[i], mine[i]
 			if st.link != gmi.LinkNCCL {
 				continue
 			}
-			if gc.nccl == nil {
-				gc.nccl, err = st.comm.NCCL(ctx, cfg.dev, append(slices.Clone(cfg.ncclOpts), WithNCCLName("layout"))...)
+			if gc.dev == nil {
+				gc.dev, err = links.NewDeviceGroup(ctx, st.comm)
 				if err != nil {
 					return nil, err
 				}
-				l.nccls = append(l.nccls, gc.nccl)
+				l.groups = append(l.groups, gc.dev)
 			}
-			st.nccl = gc.nccl
+			st.dev = gc.dev
 		}
 	}
 	l.start()
@@ -268,23 +271,10 @@ func hasNCCLGroup(s gmi.Schedule) bool {
 	return false
 }
 
-// ncclAvailable reports whether NCCL loads (or was given).
-func ncclAvailable(opts []NCCLOption) bool {
-	var cfg ncclConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.lib != nil {
-		return true
-	}
-	_, err := cuda.OpenNCCL()
-	return err == nil
-}
-
 // agree checks that every rank builds the same layout (a rank whose own
 // checks failed, local, tells the others, and returns local), decides whether
-// NCCL carries the "nccl" groups (only if every rank has it), and returns a
-// number that names the layout the same way on every rank.
+// device groups carry the "nccl" groups (only if every rank has them), and
+// returns a number that names the layout the same way on every rank.
 func (l *Layout) agree(ctx context.Context, local error, canNCCL bool) (uint64, error) {
 	c := l.c
 	desc := []byte(fmt.Sprintf("layout %s, strategy %s", l.mapping, l.strategy))
@@ -362,7 +352,8 @@ func (l *Layout) Mapping() gmi.Mapping { return l.mapping }
 // Schedule is the schedule the layout runs.
 func (l *Layout) Schedule() gmi.Schedule { return l.sched }
 
-// NCCL reports whether NCCL carries the "nccl" groups of AllReduceDevice.
+// NCCL reports whether device groups (NCCL communicators) carry the "nccl"
+// groups of AllReduceDevice.
 func (l *Layout) NCCL() bool { return l.useNCCL }
 
 // Comm is the communicator the layout was built on.
@@ -397,8 +388,8 @@ func (l *Layout) fail(err error, publish bool) error {
 	for _, s := range l.subs {
 		s.fail(err, false)
 	}
-	for _, n := range l.nccls {
-		n.fail(err, false)
+	for _, g := range l.groups {
+		g.Fail(err)
 	}
 	if publish {
 		go func() {
@@ -524,12 +515,13 @@ func viewAs[T Number](raw []byte) []T {
 }
 
 // AllReduceDevice is LayoutAllReduce for count elements of type dt in device
-// memory at buf (the device given by WithDevice). Groups that NCCL carries
-// reduce the device buffer in place; the others reduce a host copy, which is
-// made when a step needs it and copied back when the device needs it again.
-// The caller's work on buf must be finished before the call; buf is the
-// caller's again when it returns.
-func (l *Layout) AllReduceDevice(ctx context.Context, buf cuda.DevicePtr, count int, dt DType, op Op) error {
+// memory at buf (on the device given by WithDevice; a cuda.DevicePtr converts:
+// collective.DevicePtr(p)). Groups that device groups (NCCL) carry reduce the
+// device buffer in place; the others reduce a host copy, which is made when a
+// step needs it and copied back when the device needs it again. The caller's
+// work on buf must be finished before the call; buf is the caller's again
+// when it returns.
+func (l *Layout) AllReduceDevice(ctx context.Context, buf DevicePtr, count int, dt DType, op Op) error {
 	if l == nil {
 		return errors.New("collective: nil layout")
 	}
@@ -558,24 +550,24 @@ func (l *Layout) AllReduceDevice(ctx context.Context, buf cuda.DevicePtr, count 
 	for i := range l.steps {
 		st := &l.steps[i]
 		var err error
-		if st.nccl != nil {
+		if st.dev != nil {
 			if onHost {
-				if err = l.dev.CopyHtoD(buf, host); err != nil {
+				if err = l.dev.CopyToDevice(buf, host); err != nil {
 					return l.stepError(st, desc(), err)
 				}
 				onHost = false
 			}
 			switch st.op {
 			case gmi.OpAllReduce:
-				err = st.nccl.AllReduce(ctx, buf, buf, count, dt, op)
+				err = st.dev.AllReduce(ctx, buf, count, dt, op)
 			case gmi.OpReduce:
-				err = st.nccl.Reduce(ctx, buf, buf, count, dt, op, st.root)
+				err = st.dev.Reduce(ctx, buf, count, dt, op, st.root)
 			case gmi.OpBroadcast:
-				err = st.nccl.Broadcast(ctx, buf, buf, count, dt, st.root)
+				err = st.dev.Broadcast(ctx, buf, count, dt, st.root)
 			}
 		} else {
 			if !onHost {
-				if err = l.dev.CopyDtoH(host, buf); err != nil {
+				if err = l.dev.CopyToHost(host, buf); err != nil {
 					return l.stepError(st, desc(), err)
 				}
 				onHost = true
@@ -587,7 +579,7 @@ func (l *Layout) AllReduceDevice(ctx context.Context, buf cuda.DevicePtr, count 
 		}
 	}
 	if onHost {
-		if err := l.dev.CopyHtoD(buf, host); err != nil {
+		if err := l.dev.CopyToDevice(buf, host); err != nil {
 			return l.fail(fmt.Errorf("collective: layout %s: %w", desc(), err), true)
 		}
 	}
@@ -596,8 +588,8 @@ func (l *Layout) AllReduceDevice(ctx context.Context, buf cuda.DevicePtr, count 
 
 // release closes what NewLayout made.
 func (l *Layout) release() {
-	for _, n := range l.nccls {
-		n.Close()
+	for _, g := range l.groups {
+		g.Close()
 	}
 	closeComms(l.subs)
 }
@@ -614,7 +606,7 @@ func closeComms(comms []*Comm) {
 	wg.Wait()
 }
 
-// Close releases the layout's sub-communicators and NCCL communicators; a
+// Close releases the layout's sub-communicators and device groups; a
 // call in progress on another goroutine returns ErrClosed. It does not close
 // the communicator the layout was built on, and does not wait for the other
 // ranks. It is idempotent.

@@ -14,16 +14,16 @@ import (
 
 	"gear/collective"
 	"gear/collective/collectivetest"
-	"gear/cuda"
-	"gear/cuda/cudatest"
 	"gear/gmi"
 )
 
 // Layout-aware reduction: the three strategies of GMI-DRL section 4.1 on
 // virtual GPUs (mappings with no device behind them), in process over every
-// transport, against the serial reference; the device path against the fake
-// CUDA and NCCL; failures. The same with real processes, the mapping set by the
-// launcher from a topology file, is TestProcessLayout.
+// transport, against the serial reference; the device path against a device
+// of Go memory (layout_device_test.go); failures. The same with real
+// processes, the mapping set by the launcher from a topology file, is
+// TestProcessLayout; the device path on CUDA and NCCL is tested in package
+// gear/collective/nccl.
 
 var layoutMappings = []struct {
 	name string
@@ -106,6 +106,27 @@ func layoutCase[T collective.Number](count int, op collective.Op) func(ctx conte
 			return err
 		}
 		return compare(fmt.Sprintf("%s %v count %d", typeName[T](), op, count), buf, references[T](l.Comm().Size(), op))
+	}
+}
+
+// eachRank runs fn on every rank at once and fails t with every rank's error.
+func eachRank(t *testing.T, n int, fn func(ctx context.Context, r int) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { errs[r] = fn(ctx, r) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
 	}
 }
 
@@ -453,187 +474,4 @@ func TestLayoutFailures(t *testing.T) {
 			return collective.AllReduce(ctx, comms[r], make([]float32, 3), collective.Sum)
 		})
 	})
-}
-
-// The device path against the fake CUDA and NCCL: NCCL carries the "nccl"
-// groups on the fake's device memory, the host path the others through a host
-// copy; with WithHostLinks (or a rank without NCCL) every step goes through the
-// host.
-func TestLayoutDevice(t *testing.T) {
-	f := openFakeGPU(t)
-	for _, mc := range []struct {
-		name string
-		m    gmi.Mapping
-	}{
-		{"2x3", gmi.Mapping{{0, 1, 2}, {3, 4, 5}}},
-		{"3x2", gmi.Mapping{{0, 1}, {2, 3}, {4, 5}}},
-		{"uneven-3-2", gmi.Mapping{{0, 1, 2}, {3, 4}}},
-		{"one-per-gpu", gmi.Mapping{{0}, {1}, {2}}},
-	} {
-		for _, s := range []gmi.Strategy{gmi.MultiProcess, gmi.MultiRing, gmi.Hierarchical} {
-			for _, mode := range []string{"nccl", "host", "mixed"} {
-				if s == gmi.MultiRing && !evenRows(mc.m) {
-					continue
-				}
-				t.Run(fmt.Sprintf("%s/%s/%s", mc.name, s, mode), func(t *testing.T) {
-					n := mc.m.GMIs()
-					comms, _ := collectivetest.Comms(t, n, collectivetest.Config{})
-					gpus := make([]int, n)
-					for r := range gpus {
-						gpus[r], _, _ = mc.m.Locate(r)
-					}
-					devs := f.devices(t, gpus)
-					live := f.nc.Count(cudatest.CountLiveComms)
-					ls, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return mc.m }, func(r int) []collective.LayoutOption {
-						opts := []collective.LayoutOption{collective.WithStrategy(s), collective.WithDevice(devs[r], collective.WithNCCLLibrary(f.nccl))}
-						if mode == "host" || mode == "mixed" && r == n-1 {
-							opts = append(opts, collective.WithHostLinks())
-						}
-						return opts
-					})
-					for r, err := range errs {
-						if err != nil {
-							t.Fatalf("rank %d: %v", r, err)
-						}
-					}
-					sched, _ := gmi.ReductionSchedule(mc.m, s)
-					nccl := mode == "nccl" && hasNCCLLink(sched)
-					for r, l := range ls {
-						if l.NCCL() != nccl {
-							t.Fatalf("rank %d: NCCL %v, want %v", r, l.NCCL(), nccl)
-						}
-					}
-					if made := f.nc.Count(cudatest.CountLiveComms) - live; nccl != (made > 0) {
-						t.Fatalf("%d NCCL communicators made", made)
-					}
-					for _, count := range []int{0, 1, 1000} {
-						eachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
-							in := make([]float32, count)
-							fill(in, r, 0)
-							p := devBuf(t, devs[r], in)
-							if err := l.AllReduceDevice(ctx, p, count, collective.Float32, collective.Sum); err != nil {
-								return err
-							}
-							got, err := readDev[float32](devs[r], p, count)
-							if err != nil {
-								return err
-							}
-							return compare(fmt.Sprintf("float32 count %d", count), got, references[float32](n, collective.Sum))
-						})
-					}
-					eachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
-						in := make([]int64, 33)
-						fill(in, r, 0)
-						p := devBuf(t, devs[r], in)
-						if err := l.AllReduceDevice(ctx, p, 33, collective.Int64, collective.Max); err != nil {
-							return err
-						}
-						got, err := readDev[int64](devs[r], p, 33)
-						if err != nil {
-							return err
-						}
-						return compare("int64 max", got, references[int64](n, collective.Max))
-					})
-					// Host buffers take the host path, with or without NCCL.
-					eachLayout(t, ls, layoutCase[float64](100, collective.Sum))
-				})
-			}
-		}
-	}
-	if m := f.nc.Count(cudatest.CountMisuse); m != 0 {
-		t.Errorf("%d calls on dead NCCL communicators", m)
-	}
-}
-
-func hasNCCLLink(s gmi.Schedule) bool {
-	for _, st := range s.Steps {
-		for _, g := range st.Groups {
-			if g.Link == gmi.LinkNCCL {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// A lost rank aborts the NCCL steps too.
-func TestLayoutDeviceLostRank(t *testing.T) {
-	f := openFakeGPU(t)
-	m := gmi.Mapping{{0, 1}, {2, 3}, {4, 5}} // multi-ring: rings {0,2,4} and {1,3,5} over NCCL
-	comms, w := collectivetest.Comms(t, 6, collectivetest.Config{})
-	devs := f.devices(t, []int{0, 0, 1, 1, 2, 2})
-	ls, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(r int) []collective.LayoutOption {
-		return []collective.LayoutOption{collective.WithDevice(devs[r], collective.WithNCCLLibrary(f.nccl))}
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	if !ls[0].NCCL() || ls[0].Strategy() != gmi.MultiRing {
-		t.Fatalf("NCCL %v, strategy %s", ls[0].NCCL(), ls[0].Strategy())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	out := make([]error, 6)
-	var wg sync.WaitGroup
-	for r, l := range ls[:5] { // rank 5 never comes
-		p := devBuf(t, devs[r], make([]float32, 8))
-		wg.Go(func() { out[r] = l.AllReduceDevice(ctx, p, 8, collective.Float32, collective.Sum) })
-	}
-	time.Sleep(30 * time.Millisecond)
-	w.Lose(5, "exit status 1")
-	wg.Wait()
-	for r, err := range out[:5] {
-		var le *collective.LostError
-		if !errors.As(err, &le) || le.Rank != 5 {
-			t.Errorf("rank %d: %v, want rank 5 lost", r, err)
-		}
-	}
-}
-
-// TestLayoutOnGPU runs the device path on device 0 of the real driver: a world
-// of three GMIs of two virtual GPUs, all on the one device, so every step takes
-// the host path through host copies of the device buffer (NCCL refuses two
-// ranks on one GPU). Skipped only when there is no CUDA driver.
-func TestLayoutOnGPU(t *testing.T) {
-	drv, err := cuda.OpenDriver()
-	if errors.Is(err, cuda.ErrNoDriver) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := gmi.Mapping{{0, 1}, {2}}
-	comms, _ := collectivetest.Comms(t, 3, collectivetest.Config{Transport: collectivetest.Shm})
-	devs := make([]*cuda.Device, 3)
-	for r := range devs {
-		if devs[r], err = drv.Device(0); err != nil {
-			t.Fatal(err)
-		}
-		defer devs[r].Close()
-	}
-	for _, s := range []gmi.Strategy{gmi.MultiProcess, gmi.Hierarchical} {
-		ls, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(r int) []collective.LayoutOption {
-			return []collective.LayoutOption{collective.WithStrategy(s), collective.WithDevice(devs[r]), collective.WithHostLinks()}
-		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		eachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
-			in := make([]float32, 100000)
-			fill(in, r, 0)
-			p := devBuf(t, devs[r], in)
-			if err := l.AllReduceDevice(ctx, p, len(in), collective.Float32, collective.Sum); err != nil {
-				return err
-			}
-			got, err := readDev[float32](devs[r], p, len(in))
-			if err != nil {
-				return err
-			}
-			return compare(string(s), got, references[float32](3, collective.Sum))
-		})
-	}
 }

@@ -33,6 +33,7 @@ var benchmarks = []benchmark{
 	{"store", "shard insert rate and checkpoint/restore bandwidth", benchStore},
 	{"sample", "selection rate (uniform, prioritized, top-k) and priority updates", benchSample},
 	{"collect", "collection bandwidth, local and remote", benchCollect},
+	{"launch", "wall and CPU time of whole commands against a peer (--vs)", benchLaunch},
 	{"gpu", "GPU gather and weighted sampling against their limits", benchGPU},
 }
 

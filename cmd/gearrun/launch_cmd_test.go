@@ -545,6 +545,18 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+func TestVersion(t *testing.T) {
+	for _, arg := range []string{"--version", "version"} {
+		var out, errb bytes.Buffer
+		if code := run([]string{arg}, stdio{strings.NewReader(""), &out, &errb}); code != 0 {
+			t.Fatalf("%s: exit %d (stderr %q)", arg, code, errb.String())
+		}
+		if !strings.HasPrefix(out.String(), "gearrun ") || !strings.Contains(out.String(), "go1.") {
+			t.Errorf("%s printed %q, want gearrun's version and the Go release", arg, out.String())
+		}
+	}
+}
+
 func TestExitCodes(t *testing.T) {
 	t.Setenv(rank.EnvRuntimeDir, t.TempDir())
 	for _, c := range []struct {

@@ -16,6 +16,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -55,6 +57,9 @@ func run(args []string, s stdio) int {
 		case "help", "-h", "-help", "--help":
 			usage(s.out)
 			return 0
+		case "version", "-version", "--version":
+			fmt.Fprintln(s.out, versionLine())
+			return 0
 		}
 		for _, c := range commands {
 			if c.name == args[0] {
@@ -65,11 +70,38 @@ func run(args []string, s stdio) int {
 	return launchCommand(args, s)
 }
 
+// versionLine is what gearrun --version prints: the module's version (a
+// release tag, or the commit it was built from), and the Go release.
+func versionLine() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		var rev, dirty string
+		for _, st := range bi.Settings {
+			switch st.Key {
+			case "vcs.revision":
+				rev = st.Value
+			case "vcs.modified":
+				if st.Value == "true" {
+					dirty = "+dirty"
+				}
+			}
+		}
+		if v == "(devel)" && rev != "" {
+			v = "commit " + rev[:min(len(rev), 12)] + dirty
+		}
+	}
+	return fmt.Sprintf("gearrun %s, %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
 func usage(w io.Writer) {
 	fmt.Fprintf(w, `usage: gearrun [flags] -np N PROGRAM [ARGS...] [: -np M PROGRAM2 ...]
        gearrun COMMAND [ARGS...]
 
 Launch flags: gearrun -np 1 -h
+Version: gearrun --version
 
 Commands:
 `)

@@ -1,4 +1,4 @@
-package collective
+package nccl
 
 import (
 	"context"
@@ -9,35 +9,37 @@ import (
 	"sync/atomic"
 	"time"
 
+	"gear/collective"
 	"gear/cuda"
 )
 
-// NCCLComm is a communicator for device buffers, carried by NCCL. Its ranks
-// are those of the world (NewNCCL) or of a host communicator (Comm.NCCL); its
-// calls take device pointers (cuda.DevicePtr) with an element count and type,
-// and wait until the work is done on the device.
+// Comm is a communicator for device buffers, carried by NCCL. Its ranks are
+// those of the world (New) or of a host communicator (FromComm); its calls take
+// device pointers (cuda.DevicePtr) with an element count and type, and wait
+// until the work is done on the device.
 //
-// It keeps the error semantics of Comm: a call whose context ends aborts the
-// NCCL communicator (ncclCommAbort) and returns the context's error, wrapped
-// and naming the call; a rank that the world reports lost (Bootstrap.OnLost)
-// aborts it and the waiting call returns *LostError naming that rank; a rank
-// whose communicator fails publishes the cause, so that its peers abort too
-// and return *AbortError (or the same *LostError) instead of waiting for it.
+// It keeps the error semantics of collective.Comm: a call whose context ends
+// aborts the NCCL communicator (ncclCommAbort) and returns the context's
+// error, wrapped and naming the call; a rank that the world reports lost
+// (Bootstrap.OnLost) aborts it and the waiting call returns
+// *collective.LostError naming that rank; a rank whose communicator fails
+// publishes the cause, so that its peers abort too and return
+// *collective.AbortError (or the same *LostError) instead of waiting for it.
 // After any error every call returns the same error. NCCL itself cannot tell
 // mismatched calls apart (they hang until a context ends, or corrupt data):
 // ranks must make the same calls in the same order.
 //
 // The caller's work on the buffers must be finished before a call (or be
-// enqueued on the communicator's stream, WithNCCLStream); the buffers are the
+// enqueued on the communicator's stream, WithStream); the buffers are the
 // caller's again when the call returns.
 //
 // Calls are serialized; Err and Close may be called from any goroutine.
-type NCCLComm struct {
+type Comm struct {
 	id    string
 	rank  int
 	size  int
 	world []int // communicator rank -> world rank
-	boot  Bootstrap
+	boot  collective.Bootstrap
 	dev   *cuda.Device
 	nc    *cuda.NCCLComm
 
@@ -59,31 +61,32 @@ type NCCLComm struct {
 	closeOnce   sync.Once
 }
 
-// NCCLOption changes how NewNCCL and Comm.NCCL build an NCCLComm.
-type NCCLOption func(*ncclConfig)
+// Option changes how New, FromComm and ForLayout build NCCL communicators.
+type Option func(*config)
 
-type ncclConfig struct {
+type config struct {
 	name      string
 	lib       *cuda.NCCL
 	stream    cuda.Stream
 	hasStream bool
 }
 
-// WithNCCLName names the communicator: every rank must give the same name, and
-// two NCCL communicators built from one Bootstrap (or one Comm) need different
-// names. The unique ID travels under a bootstrap key derived from it. The
-// default is "world" for NewNCCL and "nccl" for Comm.NCCL.
-func WithNCCLName(name string) NCCLOption { return func(c *ncclConfig) { c.name = name } }
+// WithName names the communicator: every rank must give the same name, and
+// two NCCL communicators built from one Bootstrap (or one collective.Comm)
+// need different names. The unique ID travels under a bootstrap key derived
+// from it. The default is "world" for New and "nccl" for FromComm; ForLayout
+// names its communicators "layout", whatever this option says.
+func WithName(name string) Option { return func(c *config) { c.name = name } }
 
-// WithNCCLLibrary uses n instead of the library cuda.OpenNCCL finds
+// WithLibrary uses n instead of the library cuda.OpenNCCL finds
 // (GEAR_NCCL_LIB, then the usual places).
-func WithNCCLLibrary(n *cuda.NCCL) NCCLOption { return func(c *ncclConfig) { c.lib = n } }
+func WithLibrary(n *cuda.NCCL) Option { return func(c *config) { c.lib = n } }
 
-// WithNCCLStream runs the communicator's work on s, a stream of the device that
+// WithStream runs the communicator's work on s, a stream of the device that
 // the caller owns (and destroys after Close). Without it the communicator
 // creates a stream of its own.
-func WithNCCLStream(s cuda.Stream) NCCLOption {
-	return func(c *ncclConfig) { c.stream, c.hasStream = s, true }
+func WithStream(s cuda.Stream) Option {
+	return func(c *config) { c.stream, c.hasStream = s, true }
 }
 
 // ncclRemoteGrace is how long a call that NCCL failed because a peer aborted
@@ -95,21 +98,22 @@ const ncclRemoteGrace = time.Second
 // communicator before it aborts it.
 const ncclCloseTimeout = 10 * time.Second
 
-// NewNCCL builds an NCCL communicator of every rank of the world b describes,
-// on dev. Every rank must call it with the same options: rank 0 creates the
-// NCCL unique ID and publishes it through b (Set), the others wait for it
-// (Wait), and all of them create the communicator, which returns once every
-// rank has joined. NCCL needs each rank on a different GPU.
+// New builds an NCCL communicator of every rank of the world b describes, on
+// dev. Every rank must call it with the same options: rank 0 creates the NCCL
+// unique ID and publishes it through b (Set), the others wait for it (Wait),
+// and all of them create the communicator, which returns once every rank has
+// joined. NCCL needs each rank on a different GPU.
 //
 // Errors: the context's error; a rank lost while the others wait for it
-// (*LostError); no NCCL library (errors.Is cuda.ErrNoNCCL); NCCL's own errors.
-func NewNCCL(ctx context.Context, b Bootstrap, dev *cuda.Device, opts ...NCCLOption) (*NCCLComm, error) {
-	cfg := ncclConfig{name: "world"}
+// (*collective.LostError); no NCCL library (errors.Is cuda.ErrNoNCCL); NCCL's
+// own errors.
+func New(ctx context.Context, b collective.Bootstrap, dev *cuda.Device, opts ...Option) (*Comm, error) {
+	cfg := config{name: "world"}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if b == nil {
-		return nil, errors.New("collective: NewNCCL: nil bootstrap")
+		return nil, errors.New("collective: nccl.New: nil bootstrap")
 	}
 	rank, size := b.Rank(), b.Size()
 	if size < 1 || rank < 0 || rank >= size {
@@ -122,28 +126,38 @@ func NewNCCL(ctx context.Context, b Bootstrap, dev *cuda.Device, opts ...NCCLOpt
 	return newNCCL(ctx, b, dev, "nccl."+cfg.name, rank, world, cfg)
 }
 
-// NCCL builds an NCCL communicator of the ranks of c, with the same ranks, on
-// dev. It is collective over c's ranks (every rank of c must call it, with the
-// same options), but it exchanges only through the Bootstrap, so c may be in
-// use meanwhile. The NCCL communicator is independent of c: close both.
-func (c *Comm) NCCL(ctx context.Context, dev *cuda.Device, opts ...NCCLOption) (*NCCLComm, error) {
-	cfg := ncclConfig{name: "nccl"}
+// FromComm builds an NCCL communicator of the ranks of c, with the same
+// ranks, on dev. It is collective over c's ranks (every rank of c must call
+// it, with the same options), but it exchanges only through c's Bootstrap, so
+// c may be in use meanwhile. The NCCL communicator is independent of c: close
+// both.
+//
+// Errors: those of New.
+func FromComm(ctx context.Context, c *collective.Comm, dev *cuda.Device, opts ...Option) (*Comm, error) {
+	if c == nil {
+		return nil, errors.New("collective: NCCL communicator: nil communicator")
+	}
+	cfg := config{name: "nccl"}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	return newNCCL(ctx, c.boot, dev, c.id+"."+cfg.name, c.rank, c.world, cfg)
+	world := make([]int, c.Size())
+	for r := range world {
+		world[r] = c.WorldRank(r)
+	}
+	return newNCCL(ctx, c.Bootstrap(), dev, c.Name()+"."+cfg.name, c.Rank(), world, cfg)
 }
 
 // kvAt is a Bootstrap seen from a communicator rank: the NCCL unique ID is made
 // by the communicator's rank 0.
 type kvAt struct {
-	Bootstrap
+	collective.Bootstrap
 	rank int
 }
 
 func (k kvAt) Rank() int { return k.rank }
 
-func newNCCL(ctx context.Context, b Bootstrap, dev *cuda.Device, id string, rank int, world []int, cfg ncclConfig) (_ *NCCLComm, err error) {
+func newNCCL(ctx context.Context, b collective.Bootstrap, dev *cuda.Device, id string, rank int, world []int, cfg config) (_ *Comm, err error) {
 	if ctx == nil {
 		return nil, errors.New("collective: nil context")
 	}
@@ -159,7 +173,7 @@ func newNCCL(ctx context.Context, b Bootstrap, dev *cuda.Device, id string, rank
 			return nil, fmt.Errorf("collective: NCCL communicator %q: %w", id, err)
 		}
 	}
-	d := &NCCLComm{id: id, rank: rank, size: len(world), world: world, boot: b, dev: dev, done: make(chan struct{})}
+	d := &Comm{id: id, rank: rank, size: len(world), world: world, boot: b, dev: dev, done: make(chan struct{})}
 	if cfg.hasStream {
 		d.stream = cfg.stream
 	} else {
@@ -179,13 +193,13 @@ func newNCCL(ctx context.Context, b Bootstrap, dev *cuda.Device, id string, rank
 	if len(world) > 1 {
 		unreg := b.OnLost(func(w int, reason string) {
 			if r := d.commRank(w); r >= 0 && r != rank {
-				cancel(&LostError{Rank: r, WorldRank: w, Reason: reason})
+				cancel(&collective.LostError{Rank: r, WorldRank: w, Reason: reason})
 			}
 		})
 		defer unreg()
 	}
 	wrap := func(err error) error {
-		var le *LostError
+		var le *collective.LostError
 		if cause := context.Cause(cctx); errors.As(cause, &le) {
 			return le
 		}
@@ -205,10 +219,10 @@ func newNCCL(ctx context.Context, b Bootstrap, dev *cuda.Device, id string, rank
 	return d, nil
 }
 
-func (d *NCCLComm) key(what string) string { return "collective/" + d.id + "/" + what }
+func (d *Comm) key(what string) string { return "collective/" + d.id + "/" + what }
 
 // commRank is the communicator rank of world rank w, or -1.
-func (d *NCCLComm) commRank(w int) int {
+func (d *Comm) commRank(w int) int {
 	for r, x := range d.world {
 		if x == w {
 			return r
@@ -218,13 +232,13 @@ func (d *NCCLComm) commRank(w int) int {
 }
 
 // start watches for lost ranks and for the failure notices of other ranks.
-func (d *NCCLComm) start() {
+func (d *Comm) start() {
 	if d.size == 1 {
 		return
 	}
 	d.unregLost = d.boot.OnLost(func(w int, reason string) {
 		if r := d.commRank(w); r >= 0 && r != d.rank {
-			d.fail(&LostError{Rank: r, WorldRank: w, Reason: reason}, false)
+			d.fail(&collective.LostError{Rank: r, WorldRank: w, Reason: reason}, false)
 		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -236,32 +250,32 @@ func (d *NCCLComm) start() {
 		if err != nil {
 			return
 		}
-		d.fail(decodeAbort(v), false)
+		d.fail(collective.DecodeAbortNote(v), false)
 	}()
 }
 
 // Rank is this rank's index in the communicator.
-func (d *NCCLComm) Rank() int { return d.rank }
+func (d *Comm) Rank() int { return d.rank }
 
 // Size is the number of ranks in the communicator.
-func (d *NCCLComm) Size() int { return d.size }
+func (d *Comm) Size() int { return d.size }
 
 // WorldRank is the world rank of the communicator's rank r.
-func (d *NCCLComm) WorldRank(r int) int { return d.world[r] }
+func (d *Comm) WorldRank(r int) int { return d.world[r] }
 
 // Device is the device the communicator runs on.
-func (d *NCCLComm) Device() *cuda.Device { return d.dev }
+func (d *Comm) Device() *cuda.Device { return d.dev }
 
 // Stream is the stream the communicator's work runs on.
-func (d *NCCLComm) Stream() cuda.Stream { return d.stream }
+func (d *Comm) Stream() cuda.Stream { return d.stream }
 
-// Err returns the error that made the communicator fail, ErrClosed after Close,
-// or nil.
-func (d *NCCLComm) Err() error {
+// Err returns the error that made the communicator fail,
+// collective.ErrClosed after Close, or nil.
+func (d *Comm) Err() error {
 	d.failMu.Lock()
 	defer d.failMu.Unlock()
 	if d.closed {
-		return ErrClosed
+		return collective.ErrClosed
 	}
 	return d.cause
 }
@@ -269,7 +283,7 @@ func (d *NCCLComm) Err() error {
 // fail makes the communicator fail with err unless it failed already: it aborts
 // the NCCL communicator (a call in progress returns) and, for a cause found on
 // this rank, tells the other ranks. It returns the communicator's cause.
-func (d *NCCLComm) fail(err error, publish bool) error {
+func (d *Comm) fail(err error, publish bool) error {
 	d.failMu.Lock()
 	if d.cause != nil {
 		cause := d.cause
@@ -278,7 +292,7 @@ func (d *NCCLComm) fail(err error, publish bool) error {
 	}
 	d.cause = err
 	close(d.done)
-	publish = publish && err != ErrClosed && d.size > 1 && d.watchCancel != nil
+	publish = publish && err != collective.ErrClosed && d.size > 1 && d.watchCancel != nil
 	if publish {
 		d.wg.Add(1)
 	}
@@ -291,36 +305,46 @@ func (d *NCCLComm) fail(err error, publish bool) error {
 			defer d.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			d.boot.Set(ctx, d.key("nccl-abort"), encodeAbort(d.rank, err))
+			d.boot.Set(ctx, d.key("nccl-abort"), collective.EncodeAbortNote(d.rank, err))
 		}()
 	}
 	return err
 }
 
-// ncclCall describes one call: its header (for errors), and the root or peer
-// it names (-1: none).
+// ncclCall describes one call, for its checks and its errors.
 type ncclCall struct {
-	h     header
-	count int
-	root  int
-	peer  int
-	send  bool // a Send (kindP2P)
+	name    string // the operation: "AllReduce", "Send", ...
+	dtype   collective.DType
+	op      collective.Op // the reduction of calls that reduce
+	reduces bool
+	count   int
+	root    int // the root of Reduce and Broadcast; -1: none
+	peer    int // the peer of Send and Recv; -1: none
 }
 
-func (d *NCCLComm) describe(x ncclCall) string {
-	if x.h.kind == kindP2P {
-		dir := "Send(%v, %d elements, to rank %d) as call %d"
-		if !x.send {
-			dir = "Recv(%v, %d elements, from rank %d) as call %d"
-		}
-		return "NCCL " + fmt.Sprintf(dir, x.h.dtype, x.count, x.peer, d.seq)
+// describe names the call x the way errors print it, as collective.Comm names
+// its calls: "NCCL AllReduce(sum, float32, 100 elements) as call 7".
+func (d *Comm) describe(x ncclCall) string {
+	switch x.name {
+	case "Send":
+		return fmt.Sprintf("NCCL Send(%v, %d elements, to rank %d) as call %d", x.dtype, x.count, x.peer, d.seq)
+	case "Recv":
+		return fmt.Sprintf("NCCL Recv(%v, %d elements, from rank %d) as call %d", x.dtype, x.count, x.peer, d.seq)
 	}
-	return "NCCL " + x.h.describe()
+	s := "NCCL " + x.name + "("
+	if x.reduces {
+		s += x.op.String() + ", "
+	}
+	s += fmt.Sprintf("%v, %d elements", x.dtype, max(x.count, 0))
+	if x.name == "Reduce" || x.name == "Broadcast" {
+		s += fmt.Sprintf(", root %d", x.root)
+	}
+	return s + fmt.Sprintf(") as call %d", d.seq)
 }
 
 // check checks the arguments of a call and converts its type and reduction.
-func (d *NCCLComm) check(x ncclCall) (cuda.DType, cuda.RedOp, error) {
-	dt, err := ncclType(x.h.dtype)
+func (d *Comm) check(x ncclCall) (cuda.DType, cuda.RedOp, error) {
+	dt, err := ncclType(x.dtype)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -328,11 +352,11 @@ func (d *NCCLComm) check(x ncclCall) (cuda.DType, cuda.RedOp, error) {
 		return 0, 0, fmt.Errorf("count %d", x.count)
 	}
 	var op cuda.RedOp
-	if x.h.kind.reduces() {
-		if x.h.dtype == Bytes {
+	if x.reduces {
+		if x.dtype == collective.Bytes {
 			return 0, 0, errors.New("bytes cannot be reduced")
 		}
-		if op, err = ncclOp(x.h.op); err != nil {
+		if op, err = ncclOp(x.op); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -346,7 +370,7 @@ func (d *NCCLComm) check(x ncclCall) (cuda.DType, cuda.RedOp, error) {
 }
 
 // call runs one NCCL operation, and turns its error into the communicator's.
-func (d *NCCLComm) call(ctx context.Context, x ncclCall, run func(ctx context.Context, dt cuda.DType, op cuda.RedOp) error) error {
+func (d *Comm) call(ctx context.Context, x ncclCall, run func(ctx context.Context, dt cuda.DType, op cuda.RedOp) error) error {
 	if ctx == nil {
 		return errors.New("collective: nil context")
 	}
@@ -358,7 +382,6 @@ func (d *NCCLComm) call(ctx context.Context, x ncclCall, run func(ctx context.Co
 		return err
 	}
 	d.seq++
-	x.h.seq = d.seq
 	what := d.describe(x)
 	dt, op, err := d.check(x)
 	if err != nil {
@@ -395,32 +418,32 @@ func (d *NCCLComm) call(ctx context.Context, x ncclCall, run func(ctx context.Co
 }
 
 // ncclType maps an element type to NCCL's.
-func ncclType(dt DType) (cuda.DType, error) {
+func ncclType(dt collective.DType) (cuda.DType, error) {
 	switch dt {
-	case Float32:
+	case collective.Float32:
 		return cuda.Float32, nil
-	case Float64:
+	case collective.Float64:
 		return cuda.Float64, nil
-	case Int32:
+	case collective.Int32:
 		return cuda.Int32, nil
-	case Int64:
+	case collective.Int64:
 		return cuda.Int64, nil
-	case Bytes:
+	case collective.Bytes:
 		return cuda.Uint8, nil
 	}
 	return 0, fmt.Errorf("element type %v", dt)
 }
 
 // ncclOp maps a reduction to NCCL's.
-func ncclOp(op Op) (cuda.RedOp, error) {
+func ncclOp(op collective.Op) (cuda.RedOp, error) {
 	switch op {
-	case Sum:
+	case collective.Sum:
 		return cuda.OpSum, nil
-	case Prod:
+	case collective.Prod:
 		return cuda.OpProd, nil
-	case Min:
+	case collective.Min:
 		return cuda.OpMin, nil
-	case Max:
+	case collective.Max:
 		return cuda.OpMax, nil
 	}
 	return 0, fmt.Errorf("reduction %v", op)
@@ -428,8 +451,8 @@ func ncclOp(op Op) (cuda.RedOp, error) {
 
 // AllReduce reduces count elements of type dt at send, element-wise by op,
 // across every rank, into recv on every rank. send may equal recv (in place).
-func (d *NCCLComm) AllReduce(ctx context.Context, send, recv cuda.DevicePtr, count int, dt DType, op Op) error {
-	x := ncclCall{h: header{kind: kindAllReduce, dtype: dt, op: op, count: uint64(max(count, 0))}, count: count, root: -1, peer: -1}
+func (d *Comm) AllReduce(ctx context.Context, send, recv cuda.DevicePtr, count int, dt collective.DType, op collective.Op) error {
+	x := ncclCall{name: "AllReduce", dtype: dt, op: op, reduces: true, count: count, root: -1, peer: -1}
 	return d.call(ctx, x, func(ctx context.Context, t cuda.DType, o cuda.RedOp) error {
 		return d.nc.AllReduce(ctx, d.stream, send, recv, count, t, o)
 	})
@@ -437,8 +460,8 @@ func (d *NCCLComm) AllReduce(ctx context.Context, send, recv cuda.DevicePtr, cou
 
 // Reduce reduces count elements at send across every rank into root's recv;
 // recv matters only on root. send may equal recv.
-func (d *NCCLComm) Reduce(ctx context.Context, send, recv cuda.DevicePtr, count int, dt DType, op Op, root int) error {
-	x := ncclCall{h: header{kind: kindReduce, dtype: dt, op: op, root: uint32(root), count: uint64(max(count, 0))}, count: count, root: root, peer: -1}
+func (d *Comm) Reduce(ctx context.Context, send, recv cuda.DevicePtr, count int, dt collective.DType, op collective.Op, root int) error {
+	x := ncclCall{name: "Reduce", dtype: dt, op: op, reduces: true, count: count, root: root, peer: -1}
 	return d.call(ctx, x, func(ctx context.Context, t cuda.DType, o cuda.RedOp) error {
 		return d.nc.Reduce(ctx, d.stream, send, recv, count, t, o, root)
 	})
@@ -446,8 +469,8 @@ func (d *NCCLComm) Reduce(ctx context.Context, send, recv cuda.DevicePtr, count 
 
 // Broadcast copies count elements at root's send into recv on every rank;
 // send matters only on root, and may equal recv.
-func (d *NCCLComm) Broadcast(ctx context.Context, send, recv cuda.DevicePtr, count int, dt DType, root int) error {
-	x := ncclCall{h: header{kind: kindBroadcast, dtype: dt, root: uint32(root), count: uint64(max(count, 0))}, count: count, root: root, peer: -1}
+func (d *Comm) Broadcast(ctx context.Context, send, recv cuda.DevicePtr, count int, dt collective.DType, root int) error {
+	x := ncclCall{name: "Broadcast", dtype: dt, count: count, root: root, peer: -1}
 	return d.call(ctx, x, func(ctx context.Context, t cuda.DType, _ cuda.RedOp) error {
 		return d.nc.Broadcast(ctx, d.stream, send, recv, count, t, root)
 	})
@@ -456,8 +479,8 @@ func (d *NCCLComm) Broadcast(ctx context.Context, send, recv cuda.DevicePtr, cou
 // AllGather puts every rank's sendCount elements at send into recv (Size() *
 // sendCount elements), rank r's at element r*sendCount, on every rank. send
 // may be recv's block of this rank.
-func (d *NCCLComm) AllGather(ctx context.Context, send, recv cuda.DevicePtr, sendCount int, dt DType) error {
-	x := ncclCall{h: header{kind: kindAllGather, dtype: dt, count: uint64(max(sendCount, 0))}, count: sendCount, root: -1, peer: -1}
+func (d *Comm) AllGather(ctx context.Context, send, recv cuda.DevicePtr, sendCount int, dt collective.DType) error {
+	x := ncclCall{name: "AllGather", dtype: dt, count: sendCount, root: -1, peer: -1}
 	return d.call(ctx, x, func(ctx context.Context, t cuda.DType, _ cuda.RedOp) error {
 		return d.nc.AllGather(ctx, d.stream, send, recv, sendCount, t)
 	})
@@ -465,8 +488,8 @@ func (d *NCCLComm) AllGather(ctx context.Context, send, recv cuda.DevicePtr, sen
 
 // ReduceScatter reduces send (Size() * recvCount elements) element-wise by op
 // across every rank and gives rank r block r of the result in recv.
-func (d *NCCLComm) ReduceScatter(ctx context.Context, send, recv cuda.DevicePtr, recvCount int, dt DType, op Op) error {
-	x := ncclCall{h: header{kind: kindReduceScatter, dtype: dt, op: op, count: uint64(max(recvCount, 0))}, count: recvCount, root: -1, peer: -1}
+func (d *Comm) ReduceScatter(ctx context.Context, send, recv cuda.DevicePtr, recvCount int, dt collective.DType, op collective.Op) error {
+	x := ncclCall{name: "ReduceScatter", dtype: dt, op: op, reduces: true, count: recvCount, root: -1, peer: -1}
 	return d.call(ctx, x, func(ctx context.Context, t cuda.DType, o cuda.RedOp) error {
 		return d.nc.ReduceScatter(ctx, d.stream, send, recv, recvCount, t, o)
 	})
@@ -474,16 +497,16 @@ func (d *NCCLComm) ReduceScatter(ctx context.Context, send, recv cuda.DevicePtr,
 
 // Send sends count elements at buf to rank dst, which must Recv them with the
 // same count and type. NCCL may wait for dst to receive before it returns.
-func (d *NCCLComm) Send(ctx context.Context, buf cuda.DevicePtr, count int, dt DType, dst int) error {
-	x := ncclCall{h: header{kind: kindP2P, dtype: dt}, count: count, root: -1, peer: dst, send: true}
+func (d *Comm) Send(ctx context.Context, buf cuda.DevicePtr, count int, dt collective.DType, dst int) error {
+	x := ncclCall{name: "Send", dtype: dt, count: count, root: -1, peer: dst}
 	return d.call(ctx, x, func(ctx context.Context, t cuda.DType, _ cuda.RedOp) error {
 		return d.nc.Send(ctx, d.stream, buf, count, t, dst)
 	})
 }
 
 // Recv receives count elements of type dt from rank src into buf.
-func (d *NCCLComm) Recv(ctx context.Context, buf cuda.DevicePtr, count int, dt DType, src int) error {
-	x := ncclCall{h: header{kind: kindP2P, dtype: dt}, count: count, root: -1, peer: src}
+func (d *Comm) Recv(ctx context.Context, buf cuda.DevicePtr, count int, dt collective.DType, src int) error {
+	x := ncclCall{name: "Recv", dtype: dt, count: count, root: -1, peer: src}
 	return d.call(ctx, x, func(ctx context.Context, t cuda.DType, _ cuda.RedOp) error {
 		return d.nc.Recv(ctx, d.stream, buf, count, t, src)
 	})
@@ -492,10 +515,10 @@ func (d *NCCLComm) Recv(ctx context.Context, buf cuda.DevicePtr, count int, dt D
 // Close releases the communicator: a healthy one is finalized and destroyed
 // (waiting at most 10 s for NCCL, then aborting), a failed one was aborted
 // already. A call in progress on another goroutine is aborted and returns
-// ErrClosed. Close does not wait for the other ranks; it is idempotent. It
-// destroys the stream the communicator created, not one given by
-// WithNCCLStream.
-func (d *NCCLComm) Close() error {
+// collective.ErrClosed. Close does not wait for the other ranks; it is
+// idempotent. It destroys the stream the communicator created, not one given
+// by WithStream.
+func (d *Comm) Close() error {
 	var err error
 	d.closeOnce.Do(func() {
 		d.failMu.Lock()
@@ -503,7 +526,7 @@ func (d *NCCLComm) Close() error {
 		d.closed = true
 		d.failMu.Unlock()
 		if d.busy.Load() {
-			d.fail(ErrClosed, false)
+			d.fail(collective.ErrClosed, false)
 			healthy = false
 		}
 		d.opMu.Lock()
@@ -517,7 +540,7 @@ func (d *NCCLComm) Close() error {
 		} else {
 			d.nc.Close(context.Background())
 		}
-		d.fail(ErrClosed, false)
+		d.fail(collective.ErrClosed, false)
 		d.opMu.Unlock()
 		if d.unregLost != nil {
 			d.unregLost()

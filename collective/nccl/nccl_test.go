@@ -1,4 +1,4 @@
-package collective_test
+package nccl_test
 
 import (
 	"context"
@@ -12,14 +12,15 @@ import (
 
 	"gear/collective"
 	"gear/collective/collectivetest"
+	"gear/collective/nccl"
 	"gear/cuda"
 	"gear/cuda/cudatest"
 )
 
-// The NCCL backend against the fake libcuda and libnccl of cuda/cudatest: the
-// fake NCCL matches the calls of communicators created in this process (one
-// goroutine per rank) and carries them out on the fake's "device" memory. On a
-// machine with a GPU, TestNCCLOnGPU runs the same calls on device 0.
+// The NCCL communicator against the fake libcuda and libnccl of cuda/cudatest:
+// the fake NCCL matches the calls of communicators created in this process
+// (one goroutine per rank) and carries them out on the fake's "device" memory.
+// On a machine with a GPU, TestNCCLOnGPU runs the same calls on device 0.
 
 // fakeGPU is the fake driver and NCCL.
 type fakeGPU struct {
@@ -65,7 +66,7 @@ func (f *fakeGPU) devices(t *testing.T, gpus []int) []*cuda.Device {
 }
 
 // ncclWorld builds an n-rank world and an NCCLComm per rank, one per device.
-func ncclWorld(t *testing.T, f *fakeGPU, n int) ([]*collective.NCCLComm, *collectivetest.World, []*cuda.Device) {
+func ncclWorld(t *testing.T, f *fakeGPU, n int) ([]*nccl.Comm, *collectivetest.World, []*cuda.Device) {
 	t.Helper()
 	gpus := make([]int, n)
 	for r := range gpus {
@@ -73,14 +74,14 @@ func ncclWorld(t *testing.T, f *fakeGPU, n int) ([]*collective.NCCLComm, *collec
 	}
 	devs := f.devices(t, gpus)
 	w := collectivetest.NewWorld(n)
-	comms := make([]*collective.NCCLComm, n)
+	comms := make([]*nccl.Comm, n)
 	errs := make([]error, n)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Go(func() {
-			comms[r], errs[r] = collective.NewNCCL(ctx, w.Bootstrap(r), devs[r], collective.WithNCCLLibrary(f.nccl))
+			comms[r], errs[r] = nccl.New(ctx, w.Bootstrap(r), devs[r], nccl.WithLibrary(f.nccl))
 		})
 	}
 	wg.Wait()
@@ -95,7 +96,7 @@ func ncclWorld(t *testing.T, f *fakeGPU, n int) ([]*collective.NCCLComm, *collec
 	})
 	for r, err := range errs {
 		if err != nil {
-			t.Fatalf("rank %d: NewNCCL: %v", r, err)
+			t.Fatalf("rank %d: nccl.New: %v", r, err)
 		}
 	}
 	return comms, w, devs
@@ -130,27 +131,6 @@ func devBuf[T any](t *testing.T, dev *cuda.Device, xs []T) cuda.DevicePtr {
 func readDev[T any](dev *cuda.Device, p cuda.DevicePtr, n int) ([]T, error) {
 	out := make([]T, n)
 	return out, dev.CopyDtoH(bytesOf(out), p)
-}
-
-// eachRank runs fn on every rank at once and fails t with every rank's error.
-func eachRank(t *testing.T, n int, fn func(ctx context.Context, r int) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { errs[r] = fn(ctx, r) })
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
 }
 
 func TestNCCLComm(t *testing.T) {
@@ -343,22 +323,22 @@ func TestNCCLBadArguments(t *testing.T) {
 	f := openFakeGPU(t)
 	for _, tc := range []struct {
 		name string
-		call func(ctx context.Context, c *collective.NCCLComm, p cuda.DevicePtr) error
+		call func(ctx context.Context, c *nccl.Comm, p cuda.DevicePtr) error
 		want string
 	}{
-		{"bytes reduced", func(ctx context.Context, c *collective.NCCLComm, p cuda.DevicePtr) error {
+		{"bytes reduced", func(ctx context.Context, c *nccl.Comm, p cuda.DevicePtr) error {
 			return c.AllReduce(ctx, p, p, 4, collective.Bytes, collective.Sum)
 		}, "bytes cannot be reduced"},
-		{"root", func(ctx context.Context, c *collective.NCCLComm, p cuda.DevicePtr) error {
+		{"root", func(ctx context.Context, c *nccl.Comm, p cuda.DevicePtr) error {
 			return c.Broadcast(ctx, p, p, 1, collective.Float32, 2)
 		}, "root 2 of 2 ranks"},
-		{"count", func(ctx context.Context, c *collective.NCCLComm, p cuda.DevicePtr) error {
+		{"count", func(ctx context.Context, c *nccl.Comm, p cuda.DevicePtr) error {
 			return c.AllGather(ctx, p, p, -1, collective.Int64)
 		}, "count -1"},
-		{"peer", func(ctx context.Context, c *collective.NCCLComm, p cuda.DevicePtr) error {
+		{"peer", func(ctx context.Context, c *nccl.Comm, p cuda.DevicePtr) error {
 			return c.Send(ctx, p, 1, collective.Float32, 0)
 		}, "Send(float32, 1 elements, to rank 0) as call 1: peer 0 (this is rank 0 of 2)"},
-		{"reduction", func(ctx context.Context, c *collective.NCCLComm, p cuda.DevicePtr) error {
+		{"reduction", func(ctx context.Context, c *nccl.Comm, p cuda.DevicePtr) error {
 			return c.AllReduce(ctx, p, p, 1, collective.Float32, collective.Op(9))
 		}, "reduction op(9)"},
 	} {
@@ -423,7 +403,7 @@ func TestNCCLLostWhileCreating(t *testing.T) {
 	var wg sync.WaitGroup
 	for r := range 2 {
 		wg.Go(func() {
-			c, err := collective.NewNCCL(ctx, w.Bootstrap(r), devs[r], collective.WithNCCLLibrary(f.nccl))
+			c, err := nccl.New(ctx, w.Bootstrap(r), devs[r], nccl.WithLibrary(f.nccl))
 			if c != nil {
 				c.Close()
 			}
@@ -441,7 +421,7 @@ func TestNCCLLostWhileCreating(t *testing.T) {
 	}
 }
 
-// Comm.NCCL builds NCCL communicators of split groups, named by their world
+// FromComm builds NCCL communicators of split groups, named by their world
 // ranks; a lost rank of one group leaves the other alone.
 func TestNCCLOfSplit(t *testing.T) {
 	f := openFakeGPU(t)
@@ -449,7 +429,7 @@ func TestNCCLOfSplit(t *testing.T) {
 	comms, w := collectivetest.Comms(t, n, collectivetest.Config{})
 	devs := f.devices(t, []int{0, 1, 0, 1})
 	subs := make([]*collective.Comm, n)
-	nccls := make([]*collective.NCCLComm, n)
+	nccls := make([]*nccl.Comm, n)
 	t.Cleanup(func() {
 		for r := range n {
 			if nccls[r] != nil {
@@ -465,7 +445,7 @@ func TestNCCLOfSplit(t *testing.T) {
 			return err
 		}
 		subs[r] = sub
-		nccls[r], err = sub.NCCL(ctx, devs[r], collective.WithNCCLLibrary(f.nccl))
+		nccls[r], err = nccl.FromComm(ctx, sub, devs[r], nccl.WithLibrary(f.nccl))
 		if err != nil {
 			return err
 		}
@@ -524,7 +504,7 @@ func TestNCCLOnGPU(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := collectivetest.NewWorld(1)
-	c, err := collective.NewNCCL(ctx, w.Bootstrap(0), dev)
+	c, err := nccl.New(ctx, w.Bootstrap(0), dev)
 	if err != nil {
 		t.Fatal(err)
 	}
