@@ -6,15 +6,16 @@
 # gearrun with go, then runs both under -np 2 and -np 4 (Open MPI oversubscribed
 # when there are fewer cores than ranks) with the same sizes, ROUNDS times in
 # turn, and prints a table of the ratios. Both programs time the same way (see
-# mpi_allreduce.c). For every size the table takes each side's best round: load
-# from other processes only ever adds time. Raw JSON lines go to $OUT.
+# mpi_allreduce.c). For every size the table gives each side's median round
+# (the round's time is the program's own median of ITERS calls), and the best
+# round's ratio beside it. Raw JSON lines go to $OUT.
 #
 #   bench/peers/allreduce.sh                     # sizes 8,1K,64K,1M,16M,64M
 #   SIZES=8,1K,1M ROUNDS=5 NPS="2 4" bench/peers/allreduce.sh
 set -eu
 
 SIZES=${SIZES:-8,1K,64K,1M,16M,64M}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 ITERS=${ITERS:-20}
 NPS=${NPS:-2 4}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,7 +50,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 done
 
-# One table row per np and size: each side's best round.
+# One table row per np and size: each side's median round.
 for np in $NPS; do
 	for f in "$OUT"/gear.np$np.r*.jsonl; do sed 's/^/gear /' "$f"; done
 	for f in "$OUT"/mpi.np$np.r*.jsonl; do sed 's/^/mpi /' "$f"; done
@@ -66,16 +67,25 @@ function field(line, key,    m) {
 	who = $1; np = field($0, "np"); b = field($0, "bytes"); s = field($0, "seconds"); bw = field($0, "busbw")
 	k = np SUBSEP b
 	if (!(k in seen)) { seen[k] = 1; order[++n] = k }
-	if (!((who, k) in sec) || s < sec[who, k]) { sec[who, k] = s; bus[who, k] = bw }
+	c = ++cnt[who, k]; sec[who, k, c] = s
+	if (!((who, k) in best) || s < best[who, k]) best[who, k] = s
+	bytes[k] = b; nps[k] = np
 }
+function med(who, k,    c, i, j, t, a) {
+	c = cnt[who, k]
+	for (i = 1; i <= c; i++) a[i] = sec[who, k, i]
+	for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return (c % 2) ? a[(c+1)/2] : (a[c/2] + a[c/2+1]) / 2
+}
+function busbw(np, b, s) { return (s > 0) ? 2 * (np - 1) / np * b / s : 0 }
 END {
-	printf "%3s %10s %12s %12s %12s %12s %9s %9s\n", "np", "bytes", "gear us", "mpi us", "gear busbw", "mpi busbw", "time g/m", "bw g/m"
+	printf "%3s %10s %12s %12s %12s %12s %9s %9s\n", "np", "bytes", "gear us", "mpi us", "gear busbw", "mpi busbw", "time g/m", "best g/m"
 	for (i = 1; i <= n; i++) {
-		k = order[i]; split(k, p, SUBSEP)
-		g = sec["gear", k]; m = sec["mpi", k]
+		k = order[i]
+		g = med("gear", k); m = med("mpi", k)
 		rt = (m > 0) ? g / m : 0
-		rb = (bus["mpi", k] > 0) ? bus["gear", k] / bus["mpi", k] : 0
-		printf "%3d %10d %12.3f %12.3f %10.2fGB %10.2fGB %9.2f %9.2f\n", p[1], p[2], g * 1e6, m * 1e6, bus["gear", k] / 1e9, bus["mpi", k] / 1e9, rt, rb
+		rb = (best["mpi", k] > 0) ? best["gear", k] / best["mpi", k] : 0
+		printf "%3d %10d %12.3f %12.3f %10.2fGB %10.2fGB %9.2f %9.2f\n", nps[k], bytes[k], g * 1e6, m * 1e6, busbw(nps[k], bytes[k], g) / 1e9, busbw(nps[k], bytes[k], m) / 1e9, rt, rb
 	}
 }'
 echo "allreduce.sh: raw results in $OUT" >&2
