@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"gear/collective"
+	"gear/collective/collectivetest"
 	"gear/gmi"
 	"gear/launch"
 	"gear/launch/launchtest"
@@ -65,11 +66,11 @@ func TestProcessLayout(t *testing.T) {
 			}
 			for _, count := range []int{13, 300001} {
 				buf := make([]float32, count)
-				fill(buf, w.Rank(), 0)
+				collectivetest.Fill(buf, w.Rank(), 0)
 				if err := collective.LayoutAllReduce(ctx, l, buf, collective.Sum); err != nil {
 					t.Fatalf("rank %d: %s: %v", w.Rank(), l.Strategy(), err)
 				}
-				if err := compare(fmt.Sprintf("%s count %d", l.Strategy(), count), buf, references[float32](6, collective.Sum)); err != nil {
+				if err := collectivetest.Compare(fmt.Sprintf("%s count %d", l.Strategy(), count), buf, collectivetest.References[float32](6, collective.Sum)); err != nil {
 					t.Fatalf("rank %d: %v", w.Rank(), err)
 				}
 			}

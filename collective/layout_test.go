@@ -51,88 +51,15 @@ func strategyName(s gmi.Strategy) string {
 	return string(s)
 }
 
-// evenRows reports whether every GPU holds the same number of GMIs (multi-ring
-// needs it).
-func evenRows(m gmi.Mapping) bool {
-	for _, row := range m {
-		if len(row) != len(m[0]) {
-			return false
-		}
-	}
-	return true
-}
-
-// buildLayouts builds a layout of m on every communicator at once; opts gives
-// each rank's options. Layouts are closed when the test ends.
-func buildLayouts(t *testing.T, comms []*collective.Comm, m func(r int) gmi.Mapping, opts func(r int) []collective.LayoutOption) ([]*collective.Layout, []error) {
-	t.Helper()
-	ls := make([]*collective.Layout, len(comms))
-	errs := make([]error, len(comms))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Go(func() { ls[r], errs[r] = collective.NewLayout(ctx, c, m(r), opts(r)...) })
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, l := range ls {
-			if l != nil {
-				l.Close()
-			}
-		}
-	})
-	return ls, errs
-}
-
 func layoutsOf(t *testing.T, comms []*collective.Comm, m gmi.Mapping, opts ...collective.LayoutOption) []*collective.Layout {
 	t.Helper()
-	ls, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(int) []collective.LayoutOption { return opts })
+	ls, errs := collectivetest.BuildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(int) []collective.LayoutOption { return opts })
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: NewLayout: %v", r, err)
 		}
 	}
 	return ls
-}
-
-// layoutCase runs LayoutAllReduce of count elements of T by op on every rank and
-// checks the result against the serial reference.
-func layoutCase[T collective.Number](count int, op collective.Op) func(ctx context.Context, l *collective.Layout, r int) error {
-	return func(ctx context.Context, l *collective.Layout, r int) error {
-		buf := make([]T, count)
-		fill(buf, r, 0)
-		if err := collective.LayoutAllReduce(ctx, l, buf, op); err != nil {
-			return err
-		}
-		return compare(fmt.Sprintf("%s %v count %d", typeName[T](), op, count), buf, references[T](l.Comm().Size(), op))
-	}
-}
-
-// eachRank runs fn on every rank at once and fails t with every rank's error.
-func eachRank(t *testing.T, n int, fn func(ctx context.Context, r int) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { errs[r] = fn(ctx, r) })
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-}
-
-func eachLayout(t *testing.T, ls []*collective.Layout, fn func(ctx context.Context, l *collective.Layout, r int) error) {
-	t.Helper()
-	eachRank(t, len(ls), func(ctx context.Context, r int) error { return fn(ctx, ls[r], r) })
 }
 
 func TestLayoutStrategies(t *testing.T) {
@@ -150,8 +77,8 @@ func TestLayoutStrategies(t *testing.T) {
 					if s != "" {
 						opts = append(opts, collective.WithStrategy(s))
 					}
-					if s == gmi.MultiRing && !evenRows(mc.m) {
-						_, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return mc.m }, func(int) []collective.LayoutOption { return opts })
+					if s == gmi.MultiRing && !collectivetest.EvenRows(mc.m) {
+						_, errs := collectivetest.BuildLayouts(t, comms, func(int) gmi.Mapping { return mc.m }, func(int) []collective.LayoutOption { return opts })
 						for r, err := range errs {
 							if err == nil || !strings.Contains(err.Error(), "multi-ring needs the same number on every GPU") {
 								t.Errorf("rank %d: multi-ring on an uneven layout: %v", r, err)
@@ -175,11 +102,11 @@ func TestLayoutStrategies(t *testing.T) {
 						}
 					}
 					for _, count := range []int{0, 1, 13, 100*n + 1, 3001} {
-						eachLayout(t, ls, layoutCase[float64](count, collective.Sum))
+						collectivetest.EachLayout(t, ls, collectivetest.LayoutCase[float64](count, collective.Sum))
 					}
-					eachLayout(t, ls, layoutCase[float32](77, collective.Prod))
-					eachLayout(t, ls, layoutCase[int32](1001, collective.Max))
-					eachLayout(t, ls, layoutCase[int64](5, collective.Min))
+					collectivetest.EachLayout(t, ls, collectivetest.LayoutCase[float32](77, collective.Prod))
+					collectivetest.EachLayout(t, ls, collectivetest.LayoutCase[int32](1001, collective.Max))
+					collectivetest.EachLayout(t, ls, collectivetest.LayoutCase[int64](5, collective.Min))
 				})
 			}
 		}
@@ -192,7 +119,7 @@ func TestLayoutStrategies(t *testing.T) {
 func TestLayoutMatchesSimulate(t *testing.T) {
 	for _, mc := range layoutMappings[:6] {
 		for _, s := range []gmi.Strategy{gmi.MultiProcess, gmi.MultiRing, gmi.Hierarchical} {
-			if s == gmi.MultiRing && !evenRows(mc.m) {
+			if s == gmi.MultiRing && !collectivetest.EvenRows(mc.m) {
 				continue
 			}
 			t.Run(mc.name+"/"+string(s), func(t *testing.T) {
@@ -209,7 +136,7 @@ func TestLayoutMatchesSimulate(t *testing.T) {
 					}
 				}
 				results := make([][]float64, n)
-				eachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
+				collectivetest.EachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
 					results[r] = slices.Clone(inputs[r])
 					return collective.LayoutAllReduce(ctx, l, results[r], collective.Sum)
 				})
@@ -245,7 +172,7 @@ func TestLayoutOfSplit(t *testing.T) {
 	comms, w := collectivetest.Comms(t, 8, collectivetest.Config{Transport: collectivetest.Shm})
 	subs := make([]*collective.Comm, 8)
 	t.Cleanup(func() { collectivetest.CloseAll(subs) })
-	eachRank(t, 8, func(ctx context.Context, r int) error {
+	collectivetest.EachRank(t, 8, func(ctx context.Context, r int) error {
 		var err error
 		subs[r], err = comms[r].Split(ctx, min(r/2, 1), r) // {0,1} and {2,...,7}
 		return err
@@ -256,7 +183,7 @@ func TestLayoutOfSplit(t *testing.T) {
 	if ls[0].Strategy() != gmi.Hierarchical {
 		t.Fatalf("strategy %s", ls[0].Strategy())
 	}
-	eachLayout(t, ls, layoutCase[float32](1000, collective.Sum))
+	collectivetest.EachLayout(t, ls, collectivetest.LayoutCase[float32](1000, collective.Sum))
 	// World rank 6 dies while the others reduce: every other learner gets
 	// *LostError naming rank 4 of the learners' communicator (world rank 6).
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -284,7 +211,7 @@ func TestLayoutOfSplit(t *testing.T) {
 		t.Errorf("Err() = %v", err)
 	}
 	// The layout of a mapping that does not name the communicator's ranks.
-	_, berrs := buildLayouts(t, subs[:2], func(int) gmi.Mapping { return gmi.Mapping{{0}, {2}} }, func(int) []collective.LayoutOption { return nil })
+	_, berrs := collectivetest.BuildLayouts(t, subs[:2], func(int) gmi.Mapping { return gmi.Mapping{{0}, {2}} }, func(int) []collective.LayoutOption { return nil })
 	for r, err := range berrs {
 		if err == nil || !strings.Contains(err.Error(), "names world ranks [0 2], but the communicator's ranks are world ranks [0 1]") {
 			t.Errorf("rank %d: %v", r, err)
@@ -296,7 +223,7 @@ func TestLayoutFromEnv(t *testing.T) {
 	comms, _ := collectivetest.Comms(t, 6, collectivetest.Config{})
 	t.Setenv(gmi.EnvGMILayout, "[[0,1],[2,3],[4,5]]")
 	ls := make([]*collective.Layout, 6)
-	eachRank(t, 6, func(ctx context.Context, r int) (err error) {
+	collectivetest.EachRank(t, 6, func(ctx context.Context, r int) (err error) {
 		ls[r], err = collective.LayoutFromEnv(ctx, comms[r])
 		return err
 	})
@@ -306,10 +233,10 @@ func TestLayoutFromEnv(t *testing.T) {
 	if ls[0].Strategy() != gmi.MultiRing || ls[0].Mapping().String() != "[[0,1],[2,3],[4,5]]" {
 		t.Fatalf("from %s: %s, %s", gmi.EnvGMILayout, ls[0].Strategy(), ls[0].Mapping())
 	}
-	eachLayout(t, ls, layoutCase[int64](50, collective.Sum))
+	collectivetest.EachLayout(t, ls, collectivetest.LayoutCase[int64](50, collective.Sum))
 
 	t.Setenv(gmi.EnvGMILayout, "")
-	eachRank(t, 6, func(ctx context.Context, r int) (err error) {
+	collectivetest.EachRank(t, 6, func(ctx context.Context, r int) (err error) {
 		l, err := collective.LayoutFromEnv(ctx, comms[r])
 		if err != nil {
 			return err
@@ -318,11 +245,11 @@ func TestLayoutFromEnv(t *testing.T) {
 		if l.Strategy() != gmi.MultiProcess || l.Mapping().String() != "[[0,1,2,3,4,5]]" {
 			return fmt.Errorf("without a layout: %s, %s", l.Strategy(), l.Mapping())
 		}
-		return layoutCase[float32](9, collective.Max)(ctx, l, r)
+		return collectivetest.LayoutCase[float32](9, collective.Max)(ctx, l, r)
 	})
 
 	t.Setenv(gmi.EnvGMILayout, "[[0,1],[2,3],[4]]")
-	eachRank(t, 6, func(ctx context.Context, r int) error {
+	collectivetest.EachRank(t, 6, func(ctx context.Context, r int) error {
 		_, err := collective.LayoutFromEnv(ctx, comms[r])
 		if err == nil || !strings.Contains(err.Error(), "names world ranks [0 1 2 3 4], but the communicator's ranks are world ranks [0 1 2 3 4 5]") {
 			return fmt.Errorf("a layout of 5 ranks on 6: %v", err)
@@ -330,7 +257,7 @@ func TestLayoutFromEnv(t *testing.T) {
 		return nil
 	})
 	t.Setenv(gmi.EnvGMILayout, "[[0,1],[2,3],[4,x]]")
-	eachRank(t, 6, func(ctx context.Context, r int) error {
+	collectivetest.EachRank(t, 6, func(ctx context.Context, r int) error {
 		_, err := collective.LayoutFromEnv(ctx, comms[r])
 		if err == nil || !strings.HasPrefix(err.Error(), "collective: GEAR_GMI_LAYOUT: gmi: mapping") {
 			return fmt.Errorf("an unreadable layout: %v", err)
@@ -342,7 +269,7 @@ func TestLayoutFromEnv(t *testing.T) {
 // Ranks that build different layouts all fail, naming both.
 func TestLayoutDisagreement(t *testing.T) {
 	comms, _ := collectivetest.Comms(t, 4, collectivetest.Config{})
-	_, errs := buildLayouts(t, comms, func(r int) gmi.Mapping {
+	_, errs := collectivetest.BuildLayouts(t, comms, func(r int) gmi.Mapping {
 		if r == 3 {
 			return gmi.Mapping{{0, 2}, {1, 3}}
 		}
@@ -355,7 +282,7 @@ func TestLayoutDisagreement(t *testing.T) {
 		}
 	}
 	// Another strategy on one rank.
-	_, errs = buildLayouts(t, comms, func(r int) gmi.Mapping { return gmi.Mapping{{0, 1}, {2, 3}} }, func(r int) []collective.LayoutOption {
+	_, errs = collectivetest.BuildLayouts(t, comms, func(r int) gmi.Mapping { return gmi.Mapping{{0, 1}, {2, 3}} }, func(r int) []collective.LayoutOption {
 		if r == 1 {
 			return []collective.LayoutOption{collective.WithStrategy(gmi.Hierarchical)}
 		}
@@ -367,7 +294,7 @@ func TestLayoutDisagreement(t *testing.T) {
 		}
 	}
 	// An invalid mapping on one rank: every rank fails.
-	_, errs = buildLayouts(t, comms, func(r int) gmi.Mapping {
+	_, errs = collectivetest.BuildLayouts(t, comms, func(r int) gmi.Mapping {
 		if r == 0 {
 			return gmi.Mapping{{0, 1}, {2, 2}}
 		}
@@ -470,7 +397,7 @@ func TestLayoutFailures(t *testing.T) {
 			t.Errorf("second Close: %v", err)
 		}
 		// The parent communicator is the caller's, and still works.
-		eachRank(t, 4, func(ctx context.Context, r int) error {
+		collectivetest.EachRank(t, 4, func(ctx context.Context, r int) error {
 			return collective.AllReduce(ctx, comms[r], make([]float32, 3), collective.Sum)
 		})
 	})

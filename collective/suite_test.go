@@ -43,93 +43,6 @@ func counts(n int, tuning string) []int {
 	return []int{0, 1, 13, 1000*n + 1, manyCount}
 }
 
-// input is element i of rank's data: small integers of period 5 in i (period 256
-// for bytes), so that references can be tabulated.
-func input[T collective.Elem](rank, i int) T {
-	if isBytes[T]() {
-		return T(rank*31 + i*7)
-	}
-	return T((rank*7+i*13)%5 - 2)
-}
-
-func isBytes[T collective.Elem]() bool {
-	var z T
-	_, ok := any(z).(byte)
-	return ok
-}
-
-func period[T collective.Elem]() int {
-	if isBytes[T]() {
-		return 256
-	}
-	return 5
-}
-
-func fill[T collective.Elem](buf []T, rank, offset int) {
-	p := period[T]()
-	tab := make([]T, p)
-	for k := range tab {
-		tab[k] = input[T](rank, offset+k)
-	}
-	for i := range buf {
-		buf[i] = tab[i%p]
-	}
-}
-
-// inputs returns rank's input as a function of i, from a table.
-func inputs[T collective.Elem](rank int) func(i int) T {
-	p := period[T]()
-	tab := make([]T, p)
-	for k := range tab {
-		tab[k] = input[T](rank, k)
-	}
-	return func(i int) T { return tab[i%p] }
-}
-
-// references returns the reduction over n ranks as a function of i, from a table.
-func references[T collective.Number](n int, op collective.Op) func(i int) T {
-	tab := make([]T, 5)
-	for k := range tab {
-		tab[k] = reference[T](n, k, op)
-	}
-	return func(i int) T { return tab[i%5] }
-}
-
-func apply[T collective.Number](op collective.Op, a, b T) T {
-	switch op {
-	case collective.Sum:
-		return a + b
-	case collective.Prod:
-		return a * b
-	case collective.Min:
-		return min(a, b)
-	}
-	return max(a, b)
-}
-
-// reference is the reduction of element i over ranks 0..n-1, computed serially.
-func reference[T collective.Number](n, i int, op collective.Op) T {
-	acc := input[T](0, i)
-	for r := 1; r < n; r++ {
-		acc = apply(op, acc, input[T](r, i))
-	}
-	return acc
-}
-
-func typeName[T collective.Elem]() string {
-	var z T
-	return fmt.Sprintf("%T", z)
-}
-
-func compare[T collective.Elem](what string, got []T, want func(i int) T) error {
-	for i, v := range got {
-		if w := want(i); v != w {
-			return fmt.Errorf("%s: element %d of %d is %v, want %v", what, i, len(got), v, w)
-		}
-	}
-	return nil
-}
-
 type rankFunc = func(ctx context.Context, c *collective.Comm) error
 
 // caseList returns every (name, rank function) of the matrix for one world size
@@ -163,7 +76,7 @@ func caseList(n, count int) []struct {
 
 func numeric[T collective.Number](add func(string, rankFunc), n, count int,
 	ar func(int, collective.Op) rankFunc, red func(int, collective.Op, int) rankFunc, rs func(int, collective.Op) rankFunc) {
-	tn := typeName[T]()
+	tn := collectivetest.TypeName[T]()
 	for _, op := range allOps {
 		add(fmt.Sprintf("AllReduce/%s/%v", tn, op), ar(count, op))
 		add(fmt.Sprintf("ReduceScatter/%s/%v", tn, op), rs(count, op))
@@ -174,7 +87,7 @@ func numeric[T collective.Number](add func(string, rankFunc), n, count int,
 }
 
 func moving[T collective.Elem](add func(string, rankFunc), n, count int) {
-	tn := typeName[T]()
+	tn := collectivetest.TypeName[T]()
 	for _, root := range roots(n) {
 		add(fmt.Sprintf("Broadcast/%s/root=%d", tn, root), broadcastCase[T](count, root))
 		add(fmt.Sprintf("Gather/%s/root=%d", tn, root), gatherCase[T](count, root))
@@ -196,61 +109,61 @@ func roots(n int) []int {
 func allReduceCase[T collective.Number](count int, op collective.Op) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		buf := make([]T, count)
-		fill(buf, c.Rank(), 0)
+		collectivetest.Fill(buf, c.Rank(), 0)
 		if err := collective.AllReduce(ctx, c, buf, op); err != nil {
 			return err
 		}
-		return compare("AllReduce", buf, references[T](c.Size(), op))
+		return collectivetest.Compare("AllReduce", buf, collectivetest.References[T](c.Size(), op))
 	}
 }
 
 func reduceCase[T collective.Number](count int, op collective.Op, root int) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		buf := make([]T, count)
-		fill(buf, c.Rank(), 0)
+		collectivetest.Fill(buf, c.Rank(), 0)
 		if err := collective.Reduce(ctx, c, buf, op, root); err != nil {
 			return err
 		}
 		if c.Rank() == root {
-			return compare("Reduce at root", buf, references[T](c.Size(), op))
+			return collectivetest.Compare("Reduce at root", buf, collectivetest.References[T](c.Size(), op))
 		}
-		return compare("Reduce elsewhere (unchanged)", buf, inputs[T](c.Rank()))
+		return collectivetest.Compare("Reduce elsewhere (unchanged)", buf, collectivetest.Inputs[T](c.Rank()))
 	}
 }
 
 func reduceScatterCase[T collective.Number](count int, op collective.Op) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		send := make([]T, count*c.Size())
-		fill(send, c.Rank(), 0)
+		collectivetest.Fill(send, c.Rank(), 0)
 		recv := make([]T, count)
 		if err := collective.ReduceScatter(ctx, c, send, recv, op); err != nil {
 			return err
 		}
-		ref := references[T](c.Size(), op)
-		return compare("ReduceScatter", recv, func(i int) T { return ref(c.Rank()*count + i) })
+		ref := collectivetest.References[T](c.Size(), op)
+		return collectivetest.Compare("ReduceScatter", recv, func(i int) T { return ref(c.Rank()*count + i) })
 	}
 }
 
 func broadcastCase[T collective.Elem](count, root int) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		buf := make([]T, count)
-		fill(buf, c.Rank(), 0)
+		collectivetest.Fill(buf, c.Rank(), 0)
 		if err := collective.Broadcast(ctx, c, buf, root); err != nil {
 			return err
 		}
-		return compare("Broadcast", buf, inputs[T](root))
+		return collectivetest.Compare("Broadcast", buf, collectivetest.Inputs[T](root))
 	}
 }
 
 func allGatherCase[T collective.Elem](count int) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		send := make([]T, count)
-		fill(send, c.Rank(), 0)
+		collectivetest.Fill(send, c.Rank(), 0)
 		recv := make([]T, count*c.Size())
 		if err := collective.AllGather(ctx, c, send, recv); err != nil {
 			return err
 		}
-		return compare("AllGather", recv, func(i int) T { return input[T](i/max(count, 1), i%max(count, 1)) })
+		return collectivetest.Compare("AllGather", recv, func(i int) T { return collectivetest.Input[T](i/max(count, 1), i%max(count, 1)) })
 	}
 }
 
@@ -258,18 +171,18 @@ func allGatherInPlaceCase[T collective.Elem](count int) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		recv := make([]T, count*c.Size())
 		own := recv[c.Rank()*count : (c.Rank()+1)*count]
-		fill(own, c.Rank(), 0)
+		collectivetest.Fill(own, c.Rank(), 0)
 		if err := collective.AllGather(ctx, c, own, recv); err != nil {
 			return err
 		}
-		return compare("AllGather in place", recv, func(i int) T { return input[T](i/max(count, 1), i%max(count, 1)) })
+		return collectivetest.Compare("AllGather in place", recv, func(i int) T { return collectivetest.Input[T](i/max(count, 1), i%max(count, 1)) })
 	}
 }
 
 func gatherCase[T collective.Elem](count, root int) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		send := make([]T, count)
-		fill(send, c.Rank(), 0)
+		collectivetest.Fill(send, c.Rank(), 0)
 		var recv []T
 		if c.Rank() == root {
 			recv = make([]T, count*c.Size())
@@ -277,7 +190,7 @@ func gatherCase[T collective.Elem](count, root int) rankFunc {
 		if err := collective.Gather(ctx, c, send, recv, root); err != nil {
 			return err
 		}
-		return compare("Gather", recv, func(i int) T { return input[T](i/max(count, 1), i%max(count, 1)) })
+		return collectivetest.Compare("Gather", recv, func(i int) T { return collectivetest.Input[T](i/max(count, 1), i%max(count, 1)) })
 	}
 }
 
@@ -286,14 +199,14 @@ func scatterCase[T collective.Elem](count, root int) rankFunc {
 		var send []T
 		if c.Rank() == root {
 			send = make([]T, count*c.Size())
-			fill(send, root, 0)
+			collectivetest.Fill(send, root, 0)
 		}
 		recv := make([]T, count)
 		if err := collective.Scatter(ctx, c, send, recv, root); err != nil {
 			return err
 		}
-		in := inputs[T](root)
-		return compare("Scatter", recv, func(i int) T { return in(c.Rank()*count + i) })
+		in := collectivetest.Inputs[T](root)
+		return collectivetest.Compare("Scatter", recv, func(i int) T { return in(c.Rank()*count + i) })
 	}
 }
 
@@ -301,15 +214,15 @@ func allToAllCase[T collective.Elem](count int) rankFunc {
 	return func(ctx context.Context, c *collective.Comm) error {
 		n := c.Size()
 		send := make([]T, count*n)
-		fill(send, c.Rank(), 0)
+		collectivetest.Fill(send, c.Rank(), 0)
 		recv := make([]T, count*n)
 		if err := collective.AllToAll(ctx, c, send, recv); err != nil {
 			return err
 		}
 		// Block j of recv is block (this rank) of rank j's send.
-		return compare("AllToAll", recv, func(i int) T {
+		return collectivetest.Compare("AllToAll", recv, func(i int) T {
 			j, k := i/max(count, 1), i%max(count, 1)
-			return input[T](j, c.Rank()*count+k)
+			return collectivetest.Input[T](j, c.Rank()*count+k)
 		})
 	}
 }
@@ -325,8 +238,8 @@ func sendRecvCase[T collective.Elem](count int) rankFunc {
 		right, left := (r+1)%n, (r+n-1)%n
 		a := make([]T, count)
 		b := make([]T, count+1)
-		fill(a, r, 0)
-		fill(b, r, 100)
+		collectivetest.Fill(a, r, 0)
+		collectivetest.Fill(b, r, 100)
 		if err := collective.Send(ctx, c, a, right, 1); err != nil {
 			return err
 		}
@@ -341,10 +254,10 @@ func sendRecvCase[T collective.Elem](count int) rankFunc {
 		if err := collective.Recv(ctx, c, gotA, left, 1); err != nil {
 			return err
 		}
-		if err := compare("Recv tag 1", gotA, func(i int) T { return input[T](left, i) }); err != nil {
+		if err := collectivetest.Compare("Recv tag 1", gotA, func(i int) T { return collectivetest.Input[T](left, i) }); err != nil {
 			return err
 		}
-		return compare("Recv tag 2", gotB, func(i int) T { return input[T](right, 100+i) })
+		return collectivetest.Compare("Recv tag 2", gotB, func(i int) T { return collectivetest.Input[T](right, 100+i) })
 	}
 }
 
@@ -544,18 +457,18 @@ func TestP2PAmongCollectives(t *testing.T) {
 			collectivetest.Run(t, 2, collectivetest.Config{Transport: tr, Tuning: &tuning}, func(ctx context.Context, c *collective.Comm) error {
 				peer := 1 - c.Rank()
 				msg := make([]int32, 50000)
-				fill(msg, c.Rank(), 0)
+				collectivetest.Fill(msg, c.Rank(), 0)
 				if c.Rank() == 0 {
 					if err := collective.Send(ctx, c, msg, peer, 7); err != nil {
 						return err
 					}
 				}
 				buf := make([]float32, 3000)
-				fill(buf, c.Rank(), 0)
+				collectivetest.Fill(buf, c.Rank(), 0)
 				if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
 					return err
 				}
-				if err := compare("AllReduce", buf, func(i int) float32 { return reference[float32](2, i, collective.Sum) }); err != nil {
+				if err := collectivetest.Compare("AllReduce", buf, func(i int) float32 { return collectivetest.Reference[float32](2, i, collective.Sum) }); err != nil {
 					return err
 				}
 				if c.Rank() == 1 {
@@ -563,13 +476,13 @@ func TestP2PAmongCollectives(t *testing.T) {
 					if err := collective.Recv(ctx, c, got, peer, 7); err != nil {
 						return err
 					}
-					if err := compare("Recv", got, func(i int) int32 { return input[int32](0, i) }); err != nil {
+					if err := collectivetest.Compare("Recv", got, func(i int) int32 { return collectivetest.Input[int32](0, i) }); err != nil {
 						return err
 					}
 				}
 				// Both send 4 MiB first, then receive: far more than a ring holds.
 				big := make([]byte, 4<<20)
-				fill(big, c.Rank(), 0)
+				collectivetest.Fill(big, c.Rank(), 0)
 				if err := collective.Send(ctx, c, big, peer, 1); err != nil {
 					return err
 				}
@@ -577,7 +490,7 @@ func TestP2PAmongCollectives(t *testing.T) {
 				if err := collective.Recv(ctx, c, got, peer, 1); err != nil {
 					return err
 				}
-				return compare("Recv big", got, func(i int) byte { return input[byte](peer, i) })
+				return collectivetest.Compare("Recv big", got, func(i int) byte { return collectivetest.Input[byte](peer, i) })
 			})
 		})
 	}

@@ -441,7 +441,7 @@ func TestCloseReleasesTheContext(t *testing.T) {
 	out := make([]int64, 1)
 	w := []float64{1, 2}
 	wd, _ := dev.Alloc(16)
-	_ = dev.CopyHtoD(wd, asBytes(w))
+	_ = dev.CopyHtoD(wd, cudatest.Bytes(w))
 	if err := s.WeightedSample(context.Background(), 0, wd, 2, cuda.Float64, []float64{0.9}, out); err != nil || out[0] != 1 {
 		t.Fatalf("WeightedSample = %v, %v", out, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"gear/cuda"
+	"gear/cuda/cudatest"
 )
 
 func ExampleWeightedSampleCPU() {
@@ -61,7 +62,7 @@ func Example() {
 		return
 	}
 	defer dev.Free(buf)
-	if err := dev.CopyHtoD(buf, asBytes(weights)); err != nil {
+	if err := dev.CopyHtoD(buf, cudatest.Bytes(weights)); err != nil {
 		fmt.Println(err)
 		return
 	}

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"gear/cuda"
+	"gear/cuda/cudatest"
 )
 
 // mapTable maps anonymous shared memory the way a shard maps its column tables,
@@ -108,7 +109,7 @@ func TestGatherMatchesCPU(t *testing.T) {
 				if err := cuda.GatherCPU(want, table, idx, offs, c.spec); err != nil {
 					t.Fatal(err)
 				}
-				dst := toDevice(t, dev, bytes.Repeat([]byte{0xee}, len(want)))
+				dst := cudatest.ToDevice(t, dev, bytes.Repeat([]byte{0xee}, len(want)))
 				if err := g.Gather(ctx, s, dst, tdev, idx, offs, c.spec); err != nil {
 					t.Fatal(err)
 				}
@@ -169,7 +170,7 @@ func testWeightedSample[W float32 | float64](t *testing.T, dev *cuda.Device, s *
 		t.Fatal(err)
 	}
 	got := make([]int64, len(draws))
-	if err := s.WeightedSample(ctx, 0, toDevice(t, dev, w), n, dt, draws, got); err != nil {
+	if err := s.WeightedSample(ctx, 0, cudatest.ToDevice(t, dev, w), n, dt, draws, got); err != nil {
 		t.Fatal(err)
 	}
 	for i := range want {
@@ -236,7 +237,7 @@ func TestWeightedSampleErrors(t *testing.T) {
 				if err := cuda.WeightedSampleCPU(c.w, c.draws, out); !errors.Is(err, c.want) {
 					t.Errorf("CPU: got %v, want %v", err, c.want)
 				}
-				err := s.WeightedSample(ctx, 0, toDevice(t, dev, c.w), len(c.w), cuda.Float32, c.draws, out)
+				err := s.WeightedSample(ctx, 0, cudatest.ToDevice(t, dev, c.w), len(c.w), cuda.Float32, c.draws, out)
 				if !errors.Is(err, c.want) {
 					t.Errorf("GPU: got %v, want %v", err, c.want)
 				}
@@ -274,7 +275,7 @@ func testTopK[W float32 | float64](t *testing.T, dev *cuda.Device, s *cuda.Sampl
 		t.Fatal(err)
 	}
 	got := make([]int64, k)
-	if err := s.TopK(context.Background(), 0, toDevice(t, dev, p), len(p), dt, got); err != nil {
+	if err := s.TopK(context.Background(), 0, cudatest.ToDevice(t, dev, p), len(p), dt, got); err != nil {
 		t.Fatal(err)
 	}
 	for i := range want {
@@ -311,7 +312,7 @@ func TestTopKMatchesCPU(t *testing.T) {
 			testTopK(t, dev, s, cuda.Float32, p, 100)
 		})
 		t.Run("k out of range", func(t *testing.T) {
-			err := s.TopK(context.Background(), 0, toDevice(t, dev, []float32{1, 2}), 2, cuda.Float32, make([]int64, 3))
+			err := s.TopK(context.Background(), 0, cudatest.ToDevice(t, dev, []float32{1, 2}), 2, cuda.Float32, make([]int64, 3))
 			if err == nil {
 				t.Fatal("TopK with k > n succeeded")
 			}
@@ -332,7 +333,7 @@ func TestSamplerAbandonedCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.DestroyStream(st)
-	w := toDevice(t, dev, []float32{1, 2, 3})
+	w := cudatest.ToDevice(t, dev, []float32{1, 2, 3})
 	out := make([]int64, 1)
 
 	ctx, cancel := context.WithCancel(context.Background())

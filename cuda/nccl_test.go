@@ -282,7 +282,7 @@ func floats(xs ...float32) []float32 { return xs }
 func readFloats(t *testing.T, dev *cuda.Device, p cuda.DevicePtr, n int) []float32 {
 	t.Helper()
 	out := make([]float32, n)
-	if err := dev.CopyDtoH(asBytes(out), p); err != nil {
+	if err := dev.CopyDtoH(cudatest.Bytes(out), p); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -316,8 +316,8 @@ func TestNCCLCollectives(t *testing.T) {
 				g.Go(func() error {
 					dev, s, c := e.dev, e.s, e.comm
 					x := float32(r + 1)
-					send := toDevice(t, dev, floats(x, 10*x, -x, 0))
-					recv := toDevice(t, dev, make([]float32, 4*n))
+					send := cudatest.ToDevice(t, dev, floats(x, 10*x, -x, 0))
+					recv := cudatest.ToDevice(t, dev, make([]float32, 4*n))
 					check := func(what string, got, want []float32) error {
 						if !equalFloats(got, want) {
 							return fmt.Errorf("rank %d %s: got %v, want %v", r, what, got, want)
@@ -356,7 +356,7 @@ func TestNCCLCollectives(t *testing.T) {
 					if err := check("AllGather", readFloats(t, dev, recv, 12), floats(1, 10, -1, 0, 2, 20, -2, 0, 3, 30, -3, 0)); err != nil {
 						return err
 					}
-					big := toDevice(t, dev, floats(x, x, x, 2*x, 2*x, 2*x))
+					big := cudatest.ToDevice(t, dev, floats(x, x, x, 2*x, 2*x, 2*x))
 					if err := c.ReduceScatter(ctx, s, big, recv, 2, cuda.Float32, cuda.OpSum); err != nil {
 						return err
 					}
@@ -382,10 +382,10 @@ func TestNCCLCollectives(t *testing.T) {
 			// Send and Recv alone, between ranks 0 and 2.
 			g = errgroup.Group{}
 			g.Go(func() error {
-				buf := toDevice(t, envs[0].dev, floats(7, 8))
+				buf := cudatest.ToDevice(t, envs[0].dev, floats(7, 8))
 				return envs[0].comm.Send(ctx, envs[0].s, buf, 2, cuda.Float32, 2)
 			})
-			got := toDevice(t, envs[2].dev, floats(0, 0))
+			got := cudatest.ToDevice(t, envs[2].dev, floats(0, 0))
 			g.Go(func() error { return envs[2].comm.Recv(ctx, envs[2].s, got, 2, cuda.Float32, 0) })
 			if err := g.Wait(); err != nil {
 				t.Fatal(err)
@@ -407,7 +407,7 @@ func TestNCCLAbortsOnContext(t *testing.T) {
 	f := openNCCLFake(t, cudatest.Options{})
 	envs := f.makeComms(t, 2)
 	aborts := f.nc.Count(cudatest.CountAborts)
-	buf := toDevice(t, envs[0].dev, floats(1, 2))
+	buf := cudatest.ToDevice(t, envs[0].dev, floats(1, 2))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	// Rank 1 never joins the collective: rank 0 must not hang.
@@ -427,7 +427,7 @@ func TestNCCLAbortsOnContext(t *testing.T) {
 	}
 	// The peer learns of it as a remote error and aborts too, instead of
 	// waiting for a rank that is gone.
-	buf1 := toDevice(t, envs[1].dev, floats(1, 2))
+	buf1 := cudatest.ToDevice(t, envs[1].dev, floats(1, 2))
 	err = envs[1].comm.AllReduce(context.Background(), envs[1].s, buf1, buf1, 2, cuda.Float32, cuda.OpSum)
 	var nerr *cuda.NCCLError
 	if !errors.Is(err, cuda.ErrAborted) || !errors.As(err, &nerr) || nerr.Code != cuda.NCCLRemoteError {
@@ -444,7 +444,7 @@ func TestNCCLAbortsOnLostPeer(t *testing.T) {
 	w := newWorld()
 	unregister := envs[0].comm.AbortOnLost(w.OnLost)
 	defer unregister()
-	buf := toDevice(t, envs[0].dev, floats(1, 2))
+	buf := cudatest.ToDevice(t, envs[0].dev, floats(1, 2))
 	done := make(chan error, 1)
 	go func() {
 		done <- envs[0].comm.AllReduce(context.Background(), envs[0].s, buf, buf, 2, cuda.Float32, cuda.OpSum)
@@ -496,7 +496,7 @@ func TestNCCLCreationAbortsOnContext(t *testing.T) {
 }
 
 func TestNCCLOnGPU(t *testing.T) {
-	dev := openGPU(t)
+	dev := cudatest.OpenGPU(t)
 	n, err := cuda.OpenNCCL()
 	if errors.Is(err, cuda.ErrNoNCCL) {
 		t.Skipf("skipping: %v", err)
@@ -525,8 +525,8 @@ func TestNCCLOnGPU(t *testing.T) {
 	}
 	defer dev.DestroyStream(s)
 	x := floats(1, 2.5, -3, float32(math.Pi))
-	send := toDevice(t, dev, x)
-	recv := toDevice(t, dev, make([]float32, 4))
+	send := cudatest.ToDevice(t, dev, x)
+	recv := cudatest.ToDevice(t, dev, make([]float32, 4))
 	if err := c.AllReduce(ctx, s, send, recv, 4, cuda.Float32, cuda.OpSum); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"gear/collective"
 	"gear/collective/collectivetest"
 	"gear/cuda"
+	"gear/cuda/cudatest"
 	"gear/store"
 	"gear/store/storetest"
 )
@@ -271,13 +272,7 @@ func TestDistributedCollectDeviceErrors(t *testing.T) {
 // real GPUs and the real NCCL; it is skipped without a driver, with fewer than
 // two devices, or without NCCL.
 func TestDistributedCollectDeviceOnGPUs(t *testing.T) {
-	drv, err := cuda.OpenDriver()
-	if errors.Is(err, cuda.ErrNoDriver) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	drv := cudatest.OpenDriver(t)
 	if n, err := drv.DeviceCount(); err != nil || n < 2 {
 		t.Skipf("skipping: %d CUDA devices (%v), need 2", n, err)
 	}

@@ -38,7 +38,7 @@ func TestLayoutDevice(t *testing.T) {
 	} {
 		for _, s := range []gmi.Strategy{gmi.MultiProcess, gmi.MultiRing, gmi.Hierarchical} {
 			for _, mode := range []string{"nccl", "host", "mixed"} {
-				if s == gmi.MultiRing && !evenRows(mc.m) {
+				if s == gmi.MultiRing && !collectivetest.EvenRows(mc.m) {
 					continue
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", mc.name, s, mode), func(t *testing.T) {
@@ -50,7 +50,7 @@ func TestLayoutDevice(t *testing.T) {
 					}
 					devs := f.devices(t, gpus)
 					live := f.nc.Count(cudatest.CountLiveComms)
-					ls, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return mc.m }, func(r int) []collective.LayoutOption {
+					ls, errs := collectivetest.BuildLayouts(t, comms, func(int) gmi.Mapping { return mc.m }, func(r int) []collective.LayoutOption {
 						opts := []collective.LayoutOption{collective.WithStrategy(s), collective.WithDevice(nccl.ForLayout(devs[r], nccl.WithLibrary(f.nccl)))}
 						if mode == "host" || mode == "mixed" && r == n-1 {
 							opts = append(opts, collective.WithHostLinks())
@@ -73,35 +73,35 @@ func TestLayoutDevice(t *testing.T) {
 						t.Fatalf("%d NCCL communicators made", made)
 					}
 					for _, count := range []int{0, 1, 1000} {
-						eachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
+						collectivetest.EachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
 							in := make([]float32, count)
-							fill(in, r, 0)
-							p := devBuf(t, devs[r], in)
+							collectivetest.Fill(in, r, 0)
+							p := cudatest.ToDevice(t, devs[r], in)
 							if err := l.AllReduceDevice(ctx, collective.DevicePtr(p), count, collective.Float32, collective.Sum); err != nil {
 								return err
 							}
-							got, err := readDev[float32](devs[r], p, count)
+							got, err := cudatest.FromDevice[float32](devs[r], p, count)
 							if err != nil {
 								return err
 							}
-							return compare(fmt.Sprintf("float32 count %d", count), got, references[float32](n, collective.Sum))
+							return collectivetest.Compare(fmt.Sprintf("float32 count %d", count), got, collectivetest.References[float32](n, collective.Sum))
 						})
 					}
-					eachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
+					collectivetest.EachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
 						in := make([]int64, 33)
-						fill(in, r, 0)
-						p := devBuf(t, devs[r], in)
+						collectivetest.Fill(in, r, 0)
+						p := cudatest.ToDevice(t, devs[r], in)
 						if err := l.AllReduceDevice(ctx, collective.DevicePtr(p), 33, collective.Int64, collective.Max); err != nil {
 							return err
 						}
-						got, err := readDev[int64](devs[r], p, 33)
+						got, err := cudatest.FromDevice[int64](devs[r], p, 33)
 						if err != nil {
 							return err
 						}
-						return compare("int64 max", got, references[int64](n, collective.Max))
+						return collectivetest.Compare("int64 max", got, collectivetest.References[int64](n, collective.Max))
 					})
 					// Host buffers take the host path, with or without NCCL.
-					eachLayout(t, ls, layoutCase[float64](100, collective.Sum))
+					collectivetest.EachLayout(t, ls, collectivetest.LayoutCase[float64](100, collective.Sum))
 				})
 			}
 		}
@@ -128,7 +128,7 @@ func TestLayoutDeviceLostRank(t *testing.T) {
 	m := gmi.Mapping{{0, 1}, {2, 3}, {4, 5}} // multi-ring: rings {0,2,4} and {1,3,5} over NCCL
 	comms, w := collectivetest.Comms(t, 6, collectivetest.Config{})
 	devs := f.devices(t, []int{0, 0, 1, 1, 2, 2})
-	ls, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(r int) []collective.LayoutOption {
+	ls, errs := collectivetest.BuildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(r int) []collective.LayoutOption {
 		return []collective.LayoutOption{collective.WithDevice(nccl.ForLayout(devs[r], nccl.WithLibrary(f.nccl)))}
 	})
 	for r, err := range errs {
@@ -144,7 +144,7 @@ func TestLayoutDeviceLostRank(t *testing.T) {
 	out := make([]error, 6)
 	var wg sync.WaitGroup
 	for r, l := range ls[:5] { // rank 5 never comes
-		p := devBuf(t, devs[r], make([]float32, 8))
+		p := cudatest.ToDevice(t, devs[r], make([]float32, 8))
 		wg.Go(func() {
 			out[r] = l.AllReduceDevice(ctx, collective.DevicePtr(p), 8, collective.Float32, collective.Sum)
 		})
@@ -165,24 +165,19 @@ func TestLayoutDeviceLostRank(t *testing.T) {
 // the host path through host copies of the device buffer (NCCL refuses two
 // ranks on one GPU). Skipped only when there is no CUDA driver.
 func TestLayoutOnGPU(t *testing.T) {
-	drv, err := cuda.OpenDriver()
-	if errors.Is(err, cuda.ErrNoDriver) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	drv := cudatest.OpenDriver(t)
 	m := gmi.Mapping{{0, 1}, {2}}
 	comms, _ := collectivetest.Comms(t, 3, collectivetest.Config{Transport: collectivetest.Shm})
 	devs := make([]*cuda.Device, 3)
 	for r := range devs {
+		var err error
 		if devs[r], err = drv.Device(0); err != nil {
 			t.Fatal(err)
 		}
 		defer devs[r].Close()
 	}
 	for _, s := range []gmi.Strategy{gmi.MultiProcess, gmi.Hierarchical} {
-		ls, errs := buildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(r int) []collective.LayoutOption {
+		ls, errs := collectivetest.BuildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(r int) []collective.LayoutOption {
 			return []collective.LayoutOption{collective.WithStrategy(s), collective.WithDevice(nccl.ForLayout(devs[r])), collective.WithHostLinks()}
 		})
 		for r, err := range errs {
@@ -190,18 +185,18 @@ func TestLayoutOnGPU(t *testing.T) {
 				t.Fatalf("rank %d: %v", r, err)
 			}
 		}
-		eachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
+		collectivetest.EachLayout(t, ls, func(ctx context.Context, l *collective.Layout, r int) error {
 			in := make([]float32, 100000)
-			fill(in, r, 0)
-			p := devBuf(t, devs[r], in)
+			collectivetest.Fill(in, r, 0)
+			p := cudatest.ToDevice(t, devs[r], in)
 			if err := l.AllReduceDevice(ctx, collective.DevicePtr(p), len(in), collective.Float32, collective.Sum); err != nil {
 				return err
 			}
-			got, err := readDev[float32](devs[r], p, len(in))
+			got, err := cudatest.FromDevice[float32](devs[r], p, len(in))
 			if err != nil {
 				return err
 			}
-			return compare(string(s), got, references[float32](3, collective.Sum))
+			return collectivetest.Compare(string(s), got, collectivetest.References[float32](3, collective.Sum))
 		})
 	}
 }

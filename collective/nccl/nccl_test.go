@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"gear/collective"
 	"gear/collective/collectivetest"
@@ -102,107 +101,76 @@ func ncclWorld(t *testing.T, f *fakeGPU, n int) ([]*nccl.Comm, *collectivetest.W
 	return comms, w, devs
 }
 
-func bytesOf[T any](xs []T) []byte {
-	if len(xs) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), len(xs)*int(unsafe.Sizeof(xs[0])))
-}
-
-// devBuf is device memory holding xs, freed when the test ends.
-func devBuf[T any](t *testing.T, dev *cuda.Device, xs []T) cuda.DevicePtr {
-	t.Helper()
-	b := bytesOf(xs)
-	p, err := dev.Alloc(max(len(b), 8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := dev.Free(p); err != nil {
-			t.Errorf("Free: %v", err)
-		}
-	})
-	if err := dev.CopyHtoD(p, b); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func readDev[T any](dev *cuda.Device, p cuda.DevicePtr, n int) ([]T, error) {
-	out := make([]T, n)
-	return out, dev.CopyDtoH(bytesOf(out), p)
-}
-
 func TestNCCLComm(t *testing.T) {
 	f := openFakeGPU(t)
 	const n = 3
 	comms, _, devs := ncclWorld(t, f, n)
 	const count = 37
-	eachRank(t, n, func(ctx context.Context, r int) error {
+	collectivetest.EachRank(t, n, func(ctx context.Context, r int) error {
 		c, dev := comms[r], devs[r]
 		if c.Rank() != r || c.Size() != n || c.WorldRank(r) != r || c.Device() != dev || c.Stream() == 0 {
 			return fmt.Errorf("rank %d/%d, world rank %d, stream %#x", c.Rank(), c.Size(), c.WorldRank(r), c.Stream())
 		}
 		check := func(what string, p cuda.DevicePtr, want func(i int) float64, m int) error {
-			got, err := readDev[float64](dev, p, m)
+			got, err := cudatest.FromDevice[float64](dev, p, m)
 			if err != nil {
 				return err
 			}
-			return compare(what, got, want)
+			return collectivetest.Compare(what, got, want)
 		}
 		in := make([]float64, count)
-		fill(in, r, 0)
-		send := devBuf(t, dev, in)
-		recv := devBuf(t, dev, make([]float64, n*count))
-		for _, op := range allOps {
+		collectivetest.Fill(in, r, 0)
+		send := cudatest.ToDevice(t, dev, in)
+		recv := cudatest.ToDevice(t, dev, make([]float64, n*count))
+		for _, op := range collectivetest.Ops {
 			if err := c.AllReduce(ctx, send, recv, count, collective.Float64, op); err != nil {
 				return err
 			}
-			if err := check("AllReduce "+op.String(), recv, references[float64](n, op), count); err != nil {
+			if err := check("AllReduce "+op.String(), recv, collectivetest.References[float64](n, op), count); err != nil {
 				return err
 			}
 		}
 		// In place, int32.
 		ints := make([]int32, count)
-		fill(ints, r, 0)
-		ip := devBuf(t, dev, ints)
+		collectivetest.Fill(ints, r, 0)
+		ip := cudatest.ToDevice(t, dev, ints)
 		if err := c.AllReduce(ctx, ip, ip, count, collective.Int32, collective.Sum); err != nil {
 			return err
 		}
-		gotInts, err := readDev[int32](dev, ip, count)
+		gotInts, err := cudatest.FromDevice[int32](dev, ip, count)
 		if err != nil {
 			return err
 		}
-		if err := compare("AllReduce int32 in place", gotInts, references[int32](n, collective.Sum)); err != nil {
+		if err := collectivetest.Compare("AllReduce int32 in place", gotInts, collectivetest.References[int32](n, collective.Sum)); err != nil {
 			return err
 		}
 		if err := c.Reduce(ctx, send, recv, count, collective.Float64, collective.Max, 2); err != nil {
 			return err
 		}
 		if r == 2 {
-			if err := check("Reduce", recv, references[float64](n, collective.Max), count); err != nil {
+			if err := check("Reduce", recv, collectivetest.References[float64](n, collective.Max), count); err != nil {
 				return err
 			}
 		}
 		if err := c.Broadcast(ctx, send, recv, count, collective.Float64, 1); err != nil {
 			return err
 		}
-		if err := check("Broadcast", recv, inputs[float64](1), count); err != nil {
+		if err := check("Broadcast", recv, collectivetest.Inputs[float64](1), count); err != nil {
 			return err
 		}
 		if err := c.AllGather(ctx, send, recv, count, collective.Float64); err != nil {
 			return err
 		}
-		if err := check("AllGather", recv, func(i int) float64 { return inputs[float64](i / count)(i % count) }, n*count); err != nil {
+		if err := check("AllGather", recv, func(i int) float64 { return collectivetest.Inputs[float64](i / count)(i % count) }, n*count); err != nil {
 			return err
 		}
 		big := make([]float64, n*count)
-		fill(big, r, 0)
-		bigp := devBuf(t, dev, big)
+		collectivetest.Fill(big, r, 0)
+		bigp := cudatest.ToDevice(t, dev, big)
 		if err := c.ReduceScatter(ctx, bigp, recv, count, collective.Float64, collective.Sum); err != nil {
 			return err
 		}
-		ref := references[float64](n, collective.Sum)
+		ref := collectivetest.References[float64](n, collective.Sum)
 		if err := check("ReduceScatter", recv, func(i int) float64 { return ref(r*count + i) }, count); err != nil {
 			return err
 		}
@@ -219,7 +187,7 @@ func TestNCCLComm(t *testing.T) {
 				return err
 			}
 		}
-		return check("Recv", recv, inputs[float64](prev), count)
+		return check("Recv", recv, collectivetest.Inputs[float64](prev), count)
 	})
 	if m := f.nc.Count(cudatest.CountMisuse); m != 0 {
 		t.Errorf("%d calls on dead NCCL communicators", m)
@@ -237,7 +205,7 @@ func TestNCCLLostPeer(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 { // rank 2 never calls
-		buf := devBuf(t, devs[r], []float32{1, 2})
+		buf := cudatest.ToDevice(t, devs[r], []float32{1, 2})
 		wg.Go(func() { errs[r] = comms[r].AllReduce(ctx, buf, buf, 2, collective.Float32, collective.Sum) })
 	}
 	time.Sleep(20 * time.Millisecond)
@@ -255,7 +223,7 @@ func TestNCCLLostPeer(t *testing.T) {
 		if want := "collective: lost rank 2: exit status 3"; err.Error() != want {
 			t.Errorf("rank %d: %q, want %q", r, err, want)
 		}
-		buf := devBuf(t, devs[r], []float32{1})
+		buf := cudatest.ToDevice(t, devs[r], []float32{1})
 		if again := comms[r].Broadcast(ctx, buf, buf, 1, collective.Float32, 0); again != err {
 			t.Errorf("rank %d: the next call: %v, want the same error", r, again)
 		}
@@ -273,7 +241,7 @@ func TestNCCLLostPeer(t *testing.T) {
 func TestNCCLContext(t *testing.T) {
 	f := openFakeGPU(t)
 	comms, _, devs := ncclWorld(t, f, 2)
-	buf0 := devBuf(t, devs[0], []float32{1, 2})
+	buf0 := cudatest.ToDevice(t, devs[0], []float32{1, 2})
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -289,7 +257,7 @@ func TestNCCLContext(t *testing.T) {
 	}
 	ctx, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel2()
-	buf1 := devBuf(t, devs[1], []float32{1, 2})
+	buf1 := cudatest.ToDevice(t, devs[1], []float32{1, 2})
 	err = comms[1].AllReduce(ctx, buf1, buf1, 2, collective.Float32, collective.Sum)
 	var ae *collective.AbortError
 	if !errors.As(err, &ae) || ae.Rank != 0 || !strings.Contains(ae.Cause, "deadline exceeded") {
@@ -304,7 +272,7 @@ func TestNCCLCancelWhileWaiting(t *testing.T) {
 	f := openFakeGPU(t)
 	comms, _, devs := ncclWorld(t, f, 2)
 	ctx, cancel := context.WithCancel(context.Background())
-	buf := devBuf(t, devs[0], []float32{1})
+	buf := cudatest.ToDevice(t, devs[0], []float32{1})
 	done := make(chan error, 1)
 	go func() { done <- comms[0].AllReduce(ctx, buf, buf, 1, collective.Float32, collective.Sum) }()
 	time.Sleep(20 * time.Millisecond)
@@ -344,7 +312,7 @@ func TestNCCLBadArguments(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			comms, _, devs := ncclWorld(t, f, 2)
-			p := devBuf(t, devs[0], make([]float32, 4))
+			p := cudatest.ToDevice(t, devs[0], make([]float32, 4))
 			err := tc.call(context.Background(), comms[0], p)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "collective: NCCL ") {
 				t.Fatalf("%v, want an error naming %q", err, tc.want)
@@ -354,7 +322,7 @@ func TestNCCLBadArguments(t *testing.T) {
 			}
 			t.Logf("rank 0: %v", err)
 			// The peer hears of it.
-			p1 := devBuf(t, devs[1], make([]float32, 4))
+			p1 := cudatest.ToDevice(t, devs[1], make([]float32, 4))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			if err := comms[1].AllReduce(ctx, p1, p1, 1, collective.Float32, collective.Sum); !errors.Is(err, collective.ErrAborted) {
@@ -367,7 +335,7 @@ func TestNCCLBadArguments(t *testing.T) {
 func TestNCCLClose(t *testing.T) {
 	f := openFakeGPU(t)
 	comms, _, devs := ncclWorld(t, f, 2)
-	buf := devBuf(t, devs[0], []float32{1})
+	buf := cudatest.ToDevice(t, devs[0], []float32{1})
 	done := make(chan error, 1)
 	go func() {
 		done <- comms[0].AllReduce(context.Background(), buf, buf, 1, collective.Float32, collective.Sum)
@@ -438,7 +406,7 @@ func TestNCCLOfSplit(t *testing.T) {
 		}
 		collectivetest.CloseAll(subs)
 	})
-	eachRank(t, n, func(ctx context.Context, r int) error {
+	collectivetest.EachRank(t, n, func(ctx context.Context, r int) error {
 		// Groups {1,3} and {0,2}, ranked in reverse.
 		sub, err := comms[r].Split(ctx, 1-r%2, -r)
 		if err != nil {
@@ -453,11 +421,11 @@ func TestNCCLOfSplit(t *testing.T) {
 		if d.Size() != 2 || d.WorldRank(d.Rank()) != r || d.Rank() != sub.Rank() {
 			return fmt.Errorf("NCCL rank %d of %d, world rank %d", d.Rank(), d.Size(), d.WorldRank(d.Rank()))
 		}
-		p := devBuf(t, devs[r], []int64{int64(r), 10})
+		p := cudatest.ToDevice(t, devs[r], []int64{int64(r), 10})
 		if err := d.AllReduce(ctx, p, p, 2, collective.Int64, collective.Sum); err != nil {
 			return err
 		}
-		got, err := readDev[int64](devs[r], p, 2)
+		got, err := cudatest.FromDevice[int64](devs[r], p, 2)
 		if err != nil {
 			return err
 		}
@@ -470,7 +438,7 @@ func TestNCCLOfSplit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	p1 := devBuf(t, devs[1], []float32{1})
+	p1 := cudatest.ToDevice(t, devs[1], []float32{1})
 	go func() { done <- nccls[1].AllReduce(ctx, p1, p1, 1, collective.Float32, collective.Sum) }()
 	time.Sleep(20 * time.Millisecond)
 	w.Lose(3, "gone")
@@ -478,9 +446,9 @@ func TestNCCLOfSplit(t *testing.T) {
 	if err := <-done; !errors.As(err, &le) || le.WorldRank != 3 || le.Rank != nccls[1].Rank()^1 {
 		t.Fatalf("rank 1: %v, want world rank 3 lost", err)
 	}
-	eachRank(t, 2, func(ctx context.Context, i int) error {
+	collectivetest.EachRank(t, 2, func(ctx context.Context, i int) error {
 		r := 2 * i
-		p := devBuf(t, devs[r], []float32{1})
+		p := cudatest.ToDevice(t, devs[r], []float32{1})
 		return nccls[r].AllReduce(ctx, p, p, 1, collective.Float32, collective.Sum)
 	})
 }
@@ -489,18 +457,7 @@ func TestNCCLOfSplit(t *testing.T) {
 // world of one rank (NCCL refuses two ranks on one GPU). It is skipped only
 // when there is no CUDA driver.
 func TestNCCLOnGPU(t *testing.T) {
-	drv, err := cuda.OpenDriver()
-	if errors.Is(err, cuda.ErrNoDriver) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := drv.Device(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.Close()
+	dev := cudatest.OpenGPU(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	w := collectivetest.NewWorld(1)
@@ -514,16 +471,16 @@ func TestNCCLOnGPU(t *testing.T) {
 		}
 	}()
 	in := []float32{1, 2.5, -3, 4}
-	send := devBuf(t, dev, in)
-	recv := devBuf(t, dev, make([]float32, 4))
+	send := cudatest.ToDevice(t, dev, in)
+	recv := cudatest.ToDevice(t, dev, make([]float32, 4))
 	if err := c.AllReduce(ctx, send, recv, 4, collective.Float32, collective.Sum); err != nil {
 		t.Fatal(err)
 	}
-	got, err := readDev[float32](dev, recv, 4)
+	got, err := cudatest.FromDevice[float32](dev, recv, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := compare("AllReduce", got, func(i int) float32 { return in[i] }); err != nil {
+	if err := collectivetest.Compare("AllReduce", got, func(i int) float32 { return in[i] }); err != nil {
 		t.Error(err)
 	}
 	if err := c.Broadcast(ctx, send, recv, 4, collective.Float32, 0); err != nil {
@@ -535,10 +492,10 @@ func TestNCCLOnGPU(t *testing.T) {
 	if err := c.ReduceScatter(ctx, send, recv, 4, collective.Float32, collective.Max); err != nil {
 		t.Fatal(err)
 	}
-	if got, err = readDev[float32](dev, recv, 4); err != nil {
+	if got, err = cudatest.FromDevice[float32](dev, recv, 4); err != nil {
 		t.Fatal(err)
 	}
-	if err := compare("ReduceScatter", got, func(i int) float32 { return in[i] }); err != nil {
+	if err := collectivetest.Compare("ReduceScatter", got, func(i int) float32 { return in[i] }); err != nil {
 		t.Error(err)
 	}
 }

@@ -18,6 +18,10 @@
 // GEAR_NCCL_LIB), and use FakeCUDA and FakeNCCL to inspect what they received.
 // Builds are cached by the hash of their sources, flags and compiler under the
 // user's cache directory.
+//
+// For tests that run on a real GPU too: OpenDriver and OpenGPU skip the test
+// when there is no CUDA driver; ToDevice, FromDevice and Bytes move typed
+// slices to and from device memory.
 package cudatest
 
 import (

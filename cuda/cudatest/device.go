@@ -1,0 +1,73 @@
+package cudatest
+
+import (
+	"errors"
+	"testing"
+	"unsafe"
+
+	"gear/cuda"
+)
+
+// ToDevice copies xs into new memory on dev, which is freed (and the free
+// checked) when the test ends.
+func ToDevice[T any](tb testing.TB, dev *cuda.Device, xs []T) cuda.DevicePtr {
+	tb.Helper()
+	b := Bytes(xs)
+	p, err := dev.Alloc(max(len(b), 8))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := dev.Free(p); err != nil {
+			tb.Errorf("Free: %v", err)
+		}
+	})
+	if err := dev.CopyHtoD(p, b); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// FromDevice reads n elements of T at p on dev.
+func FromDevice[T any](dev *cuda.Device, p cuda.DevicePtr, n int) ([]T, error) {
+	out := make([]T, n)
+	return out, dev.CopyDtoH(Bytes(out), p)
+}
+
+// Bytes is the memory of xs as bytes (nil for none).
+func Bytes[T any](xs []T) []byte {
+	if len(xs) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&xs[0])), len(xs)*int(unsafe.Sizeof(xs[0])))
+}
+
+// OpenDriver opens the system's CUDA driver, or skips the test when there is
+// none (a machine without a GPU); any other error fails it.
+func OpenDriver(tb testing.TB) *cuda.Driver {
+	tb.Helper()
+	drv, err := cuda.OpenDriver()
+	if errors.Is(err, cuda.ErrNoDriver) {
+		tb.Skipf("skipping: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return drv
+}
+
+// OpenGPU opens device 0 of the system's CUDA driver (OpenDriver), closed (and
+// the close checked) when the test ends.
+func OpenGPU(tb testing.TB) *cuda.Device {
+	tb.Helper()
+	dev, err := OpenDriver(tb).Device(0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := dev.Close(); err != nil {
+			tb.Errorf("Close: %v", err)
+		}
+	})
+	return dev
+}
