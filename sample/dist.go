@@ -131,6 +131,8 @@ type DistTable struct {
 	picks   []Pick
 	slots   []int
 	seen    []int64 // by slot: picks of a split draw so far
+	drawBuf []byte  // a split draw's exchange: this rank's picks, then every rank's
+	posBuf  []int32 // a split draw's shard of each position
 }
 
 // globalState is what the last sync learned: every shard's state and the global
@@ -656,7 +658,8 @@ func (d *DistTable) splitDraw(ctx context.Context, g *globalState, b *Batch) err
 		}
 		total += weights[r]
 	}
-	positions := assignShards(d.globalRand(), weights, n, nil)
+	positions := assignShards(d.globalRand(), weights, n, d.posBuf[:0])
+	d.posBuf = positions
 	counts := make([]int, d.size)
 	for _, s := range positions {
 		counts[s]++
@@ -666,7 +669,11 @@ func (d *DistTable) splitDraw(ctx context.Context, g *globalState, b *Batch) err
 	for _, c := range counts {
 		most = max(most, c)
 	}
-	send := make([]byte, most*pickBytes)
+	if need := most * pickBytes * (1 + d.size); cap(d.drawBuf) < need {
+		d.drawBuf = make([]byte, need)
+	}
+	send := d.drawBuf[:most*pickBytes]
+	all := d.drawBuf[len(send) : len(send)*(1+d.size)]
 	var drawErr error
 	if mine > 0 {
 		if cap(d.picks) < mine {
@@ -696,7 +703,6 @@ func (d *DistTable) splitDraw(ctx context.Context, g *globalState, b *Batch) err
 			}
 		}
 	}
-	all := make([]byte, len(send)*d.size)
 	if err := collective.AllGather(ctx, d.comm, send, all); err != nil {
 		return fmt.Errorf("sample: distributed table %q: split draw: %w", t.name, err)
 	}

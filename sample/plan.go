@@ -23,7 +23,7 @@ func assignShards(r *rand.Rand, weights []float64, n int, dst []int32) []int32 {
 	}
 	for range n {
 		u := r.Float64() * total
-		s := sort.Search(len(cum), func(i int) bool { return cum[i] > u })
+		s := firstAbove(cum, u)
 		if s == len(cum) { // rounding at the very top
 			s = len(cum) - 1
 			for s > 0 && !(weights[s] > 0) {
@@ -33,6 +33,21 @@ func assignShards(r *rand.Rand, weights []float64, n int, dst []int32) []int32 {
 		dst = append(dst, int32(s))
 	}
 	return dst
+}
+
+// firstAbove is the first index i with cum[i] > u (len(cum) if none) of the
+// non-decreasing cum: a linear scan for the few shards of a host, a binary
+// search beyond.
+func firstAbove(cum []float64, u float64) int {
+	if len(cum) > 16 {
+		return sort.Search(len(cum), func(i int) bool { return cum[i] > u })
+	}
+	for i, c := range cum {
+		if c > u {
+			return i
+		}
+	}
+	return len(cum)
 }
 
 // candidate is one shard's offer to a decentralized merge: one item of its local
