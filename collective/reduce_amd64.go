@@ -3,10 +3,34 @@
 package collective
 
 import (
+	"sync"
 	"unsafe"
-
-	"golang.org/x/sys/cpu"
 )
+
+// hasAVX2 reports whether the CPU and the OS support AVX2. It asks the CPU on
+// first use rather than at start-up (as golang.org/x/sys/cpu would): CPUID
+// traps to the hypervisor in a virtual machine, and every rank program links
+// this package, most of them never reducing anything.
+var hasAVX2 = sync.OnceValue(func() bool {
+	maxID, _, _, _ := cpuid(0, 0)
+	if maxID < 7 {
+		return false
+	}
+	_, _, ecx1, _ := cpuid(1, 0)
+	const osxsave, avx = 1 << 27, 1 << 28
+	if ecx1&osxsave == 0 || ecx1&avx == 0 {
+		return false
+	}
+	if xcr0, _ := xgetbv(); xcr0&6 != 6 { // the OS saves XMM and YMM state
+		return false
+	}
+	_, ebx7, _, _ := cpuid(7, 0)
+	return ebx7&(1<<5) != 0
+})
+
+func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
+
+func xgetbv() (eax, edx uint32)
 
 // AVX2 versions of the hot kernels (sum of every type, product of floats and
 // int32): BenchmarkReduce shows them up to four times faster than the Go loops on
@@ -64,7 +88,7 @@ type asmKernel func(out, a, b unsafe.Pointer, nbytes int)
 
 // simdFuncs returns the cached and the streaming assembly kernels for d and op.
 func simdFuncs(d DType, op Op) (cached, streaming asmKernel) {
-	if !cpu.X86.HasAVX2 {
+	if !hasAVX2() {
 		return nil, nil
 	}
 	switch {
@@ -132,7 +156,7 @@ func streamKernel(d DType, op Op) kernel {
 // streamCopy copies src into dst (of equal length) with stores that bypass the
 // cache, or returns false when this CPU has no such kernel.
 func streamCopy(dst, src []byte) bool {
-	if !cpu.X86.HasAVX2 {
+	if !hasAVX2() {
 		return false
 	}
 	src = src[:len(dst)]

@@ -10,6 +10,14 @@ import (
 // longer line is written in pieces of this size, each tagged and ended.
 const maxLine = 1 << 20
 
+// A pump's read buffer starts small (most ranks print little, and a launch
+// should not fault in 64 KiB per stream) and doubles, up to pumpBuf, while
+// reads fill it.
+const (
+	pumpStart = 4 << 10
+	pumpBuf   = 64 << 10
+)
+
 // lineSink is one destination stream (the launcher's stdout or stderr). Whole
 // lines are written under its lock, so lines of different ranks never interleave
 // mid-line. A failing destination is ignored from then on, so that ranks never
@@ -43,7 +51,7 @@ type linePump struct {
 }
 
 func newLinePump(prefix string, sink *lineSink) *linePump {
-	return &linePump{prefix: []byte(prefix), sink: sink, buf: make([]byte, 64<<10)}
+	return &linePump{prefix: []byte(prefix), sink: sink, buf: make([]byte, pumpStart)}
 }
 
 // run copies r until it ends (EOF, or the read end is closed).
@@ -51,14 +59,13 @@ func (p *linePump) run(r io.Reader) {
 	for {
 		if p.held == len(p.buf) {
 			if len(p.buf) < maxLine {
-				nb := make([]byte, 2*len(p.buf))
-				copy(nb, p.buf[:p.held])
-				p.buf = nb
+				p.grow()
 			} else {
 				p.emit(p.buf[:p.held], true)
 				p.held = 0
 			}
 		}
+		free := len(p.buf) - p.held
 		n, err := r.Read(p.buf[p.held:])
 		if n > 0 {
 			p.consume(n)
@@ -66,11 +73,21 @@ func (p *linePump) run(r io.Reader) {
 		if err != nil {
 			break
 		}
+		if n == free && len(p.buf) < pumpBuf {
+			p.grow()
+		}
 	}
 	if p.held > 0 {
 		p.emit(p.buf[:p.held], true)
 		p.held = 0
 	}
+}
+
+// grow doubles the read buffer, keeping the held bytes.
+func (p *linePump) grow() {
+	nb := make([]byte, 2*len(p.buf))
+	copy(nb, p.buf[:p.held])
+	p.buf = nb
 }
 
 // consume handles n new bytes after the held ones: complete lines go out in one

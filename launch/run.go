@@ -152,14 +152,15 @@ type job struct {
 	coord    *rank.Coordinator
 	rdzvFail chan error
 	exits    chan exitEvent
+	reaper   *reaper
 	settle   *time.Timer // after a failed rendezvous: when to stop every rank
 	settleC  <-chan time.Time
 }
 
 type exitEvent struct {
-	rank  int
-	state *os.ProcessState
-	err   error
+	rank   int
+	status syscall.WaitStatus
+	err    error
 }
 
 func newJob(p *Plan, opts Options) (*job, error) {
@@ -266,6 +267,8 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 	}
 	defer devNull.Close()
 
+	j.reaper = newReaper(j.exits)
+	defer j.reaper.close()
 	j.guard = startGuard(j.opts.ShmDir, p.JobID, lock.Path(), j.log)
 	startErr := j.spawnAll(programs, devNull)
 	if startErr != nil {
@@ -484,10 +487,7 @@ func (j *job) spawn(i int, path string, stdin *os.File, base []string) error {
 	if j.opts.OnStart != nil {
 		j.opts.OnStart(i, proc.Pid)
 	}
-	go func() {
-		st, err := proc.Wait()
-		j.exits <- exitEvent{rank: i, state: st, err: err}
-	}()
+	j.reaper.add(i, proc)
 	return nil
 }
 
@@ -661,7 +661,7 @@ func (j *job) exited(ev exitEvent) {
 	if ev.err != nil {
 		rr.Status, rr.Code = "lost: "+ev.err.Error(), ExitLaunchFailed
 	} else {
-		ws := ev.state.Sys().(syscall.WaitStatus)
+		ws := ev.status
 		switch {
 		case ws.Signaled():
 			rr.Signal = signalName(ws.Signal())

@@ -3,11 +3,14 @@ package launch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -153,5 +156,41 @@ func TestRemoveJobSegments(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, rank.SegmentName("j2", "a"))); err != nil {
 		t.Fatal("another job's segment was removed")
+	}
+}
+
+// Run reaps its ranks only: a child the program started itself, which ends
+// while a job runs, is still there for its own Wait, with its status. And
+// jobs run at once in one process each get their own ranks' statuses.
+func TestRunLeavesOtherChildrenToTheirWaiters(t *testing.T) {
+	other := exec.Command("sh", "-c", "sleep 0.2; exit 7")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	codes := make([]int, 3)
+	for k := range codes {
+		wg.Go(func() {
+			var out, errw geartest.Buffer
+			// The last rank to end sets the code (an earlier failure would
+			// stop the others).
+			p := shPlan(t, 3, fmt.Sprintf("sleep 0.$GEAR_RANK; [ $GEAR_RANK = 2 ] && exit %d; exit 0", k))
+			res, _ := Run(context.Background(), p, testOptions(t, &out, &errw))
+			codes[k] = res.ExitCode
+			for r, rr := range res.Ranks {
+				if want := map[bool]int{true: k}[r == 2]; rr.Code != want {
+					t.Errorf("job %d rank %d: code %d (%s), want %d", k, r, rr.Code, rr.Status, want)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	err := other.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("the program's own child: Wait = %v, want exit status 7", err)
+	}
+	if codes[0] != 0 || codes[1] == 0 || codes[2] == 0 {
+		t.Errorf("job exit codes %v: want 0 for the job whose ranks all exit 0, non-zero for the others", codes)
 	}
 }
