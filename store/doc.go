@@ -80,6 +80,11 @@
 // that dies in the middle of an operation on them; the free queue is only a hint
 // that a scan of the status table can rebuild. A checkpoint takes no pins, so a
 // checkpointing process that dies leaves nothing behind but its temporary file,
-// which the next checkpoint to that path removes. Views are pin counts: a process
-// that dies holding Views leaves those rows pinned (they cannot be evicted or freed).
+// which the next checkpoint to that path removes. Views are pin counts, and each
+// handle also notes the rows it holds Views of in a journal in the segment: Reclaim
+// gives back the Views of a process that died (a released row is freed, the others
+// can be evicted again). Only a process that dies in the instant between pinning a
+// row and noting it (or between the two steps of Done), or that holds more than
+// 1024 Views at once through one handle (the rest are not noted), leaves a row
+// pinned until the shard is closed.
 package store

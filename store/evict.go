@@ -335,7 +335,9 @@ func (s *Shard) rescan(e *evictor) int {
 }
 
 // Reclaim returns to the free queue the rows whose writer died between Allocate and
-// Commit, and frees those writers' slots. It returns how many rows it reclaimed.
+// Commit, gives back the Views that dead processes held (a row released while
+// they held it is freed; the others become evictable again), and frees those
+// processes' slots. It returns how many rows went back to the free queue.
 // The owner calls it now and then; Allocate does the same when the shard is full.
 func (s *Shard) Reclaim(ctx context.Context) (int, error) {
 	if s.closed.Load() {
@@ -360,6 +362,16 @@ func (s *Shard) reclaim() int {
 		x := r.state.Load()
 		if p := phaseOf(x); (p == phaseWriting || p == phaseCommitting) && s.reclaimRow(i, x, dead) {
 			s.free.push(i)
+			n++
+		}
+	}
+	// The Views the dead processes held.
+	var rows []uint32
+	for slot, id := range dead.ids {
+		rows = s.pins.takeDead(slot, id, rows)
+	}
+	for _, i := range rows {
+		if freed, _ := s.dropPin(i); freed {
 			n++
 		}
 	}

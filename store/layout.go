@@ -24,11 +24,12 @@ import (
 //	1024  spec encoding
 //
 // followed, each page-aligned, by the writer slots (maxSlots u64 identities), the
-// status table (capacity rows of 64 bytes), the free queue ring, the commit log ring
+// pin journals (maxSlots x pinEntries u64: the rows each handle holds Views of,
+// so that the pins of a process that dies can be given back), the status table (capacity rows of 64 bytes), the free queue ring, the commit log ring
 // and the column tables.
 const (
 	hdrMagic     = "GEARSHRD"
-	hdrVersion   = 1
+	hdrVersion   = 2
 	offMagic     = 0
 	offVersion   = 8
 	offEncLen    = 12
@@ -46,6 +47,7 @@ const (
 	encVersion   = 1
 	statusStride = 64
 	maxSlots     = 1024 // slot 0 means "no writer"
+	pinEntries   = 1024 // journal entries per slot (a power of two): Views a handle can hold reclaimably
 	minPageSize  = 4096
 	maxPageSize  = 1 << 20
 
@@ -62,6 +64,7 @@ type layout struct {
 	pageSize   int
 	headerSize int
 	slotsOff   int
+	pinsOff    int
 	statusOff  int
 	freeOff    int
 	freeCells  int // power of two
@@ -103,6 +106,8 @@ func computeLayout(spec Spec, pageSize int) (*layout, error) {
 	off := l.headerSize
 	l.slotsOff = off
 	off += roundUp(maxSlots*8, pageSize)
+	l.pinsOff = off
+	off += roundUp(maxSlots*pinEntries*8, pageSize)
 	l.statusOff = off
 	off += roundUp(spec.Capacity*statusStride, pageSize)
 	l.freeCells = nextPow2(2 * spec.Capacity)

@@ -93,6 +93,28 @@ func runChild(role, name, arg string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		time.Sleep(time.Hour)
 		return 0
+	case "hang-reading":
+		// Hold a View of every committed row (twice for the first: two Views of one
+		// row), say "pinned N", and wait to be killed.
+		n := 0
+		first := true
+		for st := range s.Rows() {
+			if _, err := s.Read(st.Ref()); err != nil {
+				return fail(err)
+			}
+			n++
+			if first {
+				if _, err := s.Read(st.Ref()); err != nil {
+					return fail(err)
+				}
+				n++
+				first = false
+			}
+		}
+		fmt.Println("pinned", n)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		time.Sleep(time.Hour)
+		return 0
 	case "hang-committing":
 		// Write a whole row and die inside Commit, after the insertion sequence is taken.
 		store.SetCommittingHook(func() {

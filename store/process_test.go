@@ -402,3 +402,67 @@ func TestEvictionReclaimsDeadWriter(t *testing.T) {
 		t.Fatalf("stats %+v, dead writer's row %d reused: %v", st, idx, reused)
 	}
 }
+
+// TestKilledReaderViewsAreGivenBack: a reader process killed while it holds
+// Views (two of one row) pins its rows no longer once Reclaim has run: a row
+// released while it was pinned is freed, and a full shard with no free row
+// can evict the others again.
+func TestKilledReaderViewsAreGivenBack(t *testing.T) {
+	s := storetest.Create(t, storetest.Spec(4))
+	refs := make([]store.Ref, 4)
+	for i := range refs {
+		refs[i] = insert(t, s, uint64(i), 1)
+	}
+	c := startChild(t, "hang-reading", s.Name(), "")
+	if got := c.line(t); got != "pinned 5" {
+		t.Fatalf("child said %q, want pinned 5", got)
+	}
+	// Release one pinned row: it stays until its Views are done.
+	if err := s.Release(refs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Doomed != 1 || st.Free != 0 {
+		t.Fatalf("stats with the reader alive: %+v", st)
+	}
+	// Every row is pinned: a writer can take nothing but the doomed row, which
+	// is not free yet.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if p, err := s.Allocate(ctx); err == nil {
+		p.Abort()
+		t.Fatal("Allocate took a row while every row was pinned")
+	}
+	cancel()
+	if n, _ := s.Reclaim(context.Background()); n != 0 {
+		t.Fatalf("Reclaim gave back %d rows of a live reader", n)
+	}
+	c.kill(t)
+	n, err := s.Reclaim(context.Background())
+	if err != nil || n != 1 {
+		t.Fatalf("Reclaim = %d, %v; want the released row back (1)", n, err)
+	}
+	if st := s.Stats(); st.Doomed != 0 || st.Free != 1 || st.Committed != 3 {
+		t.Fatalf("stats after reclaim: %+v", st)
+	}
+	// The others are unpinned: a second Reclaim finds nothing, and filling the
+	// shard evicts them (FIFO) without waiting.
+	if n, _ := s.Reclaim(context.Background()); n != 0 {
+		t.Fatalf("a second Reclaim gave back %d rows", n)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 4 {
+		p, err := s.Allocate(ctx)
+		if err != nil {
+			t.Fatalf("allocation %d after reclaim: %v", i, err)
+		}
+		storetest.Fill(p, uint64(100+i))
+		if _, err := p.CommitKey(uint64(100+i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for st := range s.Rows() {
+		if st.Key < 100 {
+			t.Fatalf("row %d still holds key %d after four inserts into a full FIFO shard", st.Index, st.Key)
+		}
+	}
+}

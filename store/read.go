@@ -10,9 +10,10 @@ import (
 // reused, and its blocks may be read. Done unpins it and must be called exactly
 // once; the blocks must not be touched after it.
 type View struct {
-	s   *Shard
-	idx uint32
-	seq uint64
+	s     *Shard
+	idx   uint32
+	seq   uint64
+	entry int32 // the pin's journal entry + 1; 0: not in the journal
 }
 
 // Index returns the row's index.
@@ -32,7 +33,10 @@ func (v View) Status() RowStatus { return v.s.row(v.idx).load(int(v.idx)) }
 
 // Done unpins the row; if it was released meanwhile and this was its last View, the
 // row goes back to the free queue.
-func (v View) Done() { v.s.unpin(v.idx) }
+func (v View) Done() {
+	v.s.pins.forget(v.s.slot, v.entry)
+	v.s.unpin(v.idx)
+}
 
 func (s *Shard) checkRef(ref Ref) error {
 	if s.closed.Load() {
@@ -53,7 +57,7 @@ func (s *Shard) Read(ref Ref) (View, error) {
 	if err := s.pin(uint32(ref.Index), ref.Seq); err != nil {
 		return View{}, fmt.Errorf("store: read %v of %q: %w", ref, s.name, err)
 	}
-	return View{s: s, idx: uint32(ref.Index), seq: ref.Seq}, nil
+	return View{s: s, idx: uint32(ref.Index), seq: ref.Seq, entry: s.pins.record(s.slot, uint32(ref.Index))}, nil
 }
 
 func (s *Shard) pin(i uint32, seq uint64) error {
@@ -72,13 +76,15 @@ func (s *Shard) pin(i uint32, seq uint64) error {
 	}
 }
 
-func (s *Shard) unpin(i uint32) {
+// dropPin removes one pin of row i, freeing the row when it was released
+// meanwhile and this was its last pin; ok is false when the row shows no pin.
+func (s *Shard) dropPin(i uint32) (freed, ok bool) {
 	r := s.row(i)
 	for {
 		x := r.state.Load()
 		n := pinsOf(x)
 		if phaseOf(x) != phaseCommitted || n == 0 {
-			panic(fmt.Sprintf("store: View.Done of row %d of %q, which has no views (Done called twice?)", i, s.name))
+			return false, false
 		}
 		nx := x - pinOne
 		freed := n == 1 && x&doomedBit != 0
@@ -90,8 +96,14 @@ func (s *Shard) unpin(i uint32) {
 				s.removed.Add(1)
 				s.free.push(i)
 			}
-			return
+			return freed, true
 		}
+	}
+}
+
+func (s *Shard) unpin(i uint32) {
+	if _, ok := s.dropPin(i); !ok {
+		panic(fmt.Sprintf("store: View.Done of row %d of %q, which has no views (Done called twice?)", i, s.name))
 	}
 }
 

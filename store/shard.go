@@ -57,6 +57,7 @@ type Shard struct {
 	mem     []byte
 	state   *atomic.Uint32 // header state
 	slots   unsafe.Pointer
+	pins    pinJournal
 	status  unsafe.Pointer
 	removed *atomic.Uint64
 	free    freeQueue
@@ -190,6 +191,7 @@ func newShard(name string, l *layout, mem []byte, o options, rem Remover) *Shard
 		mem:     mem,
 		state:   (*atomic.Uint32)(unsafe.Add(base, offState)),
 		slots:   unsafe.Add(base, l.slotsOff),
+		pins:    pinJournal{base: unsafe.Add(base, l.pinsOff)},
 		status:  unsafe.Add(base, l.statusOff),
 		removed: (*atomic.Uint64)(unsafe.Add(base, offRemovals)),
 		cap:     uint32(l.spec.Capacity),
@@ -313,6 +315,7 @@ func (s *Shard) register(ident uint64) error {
 		for i := 1; i < maxSlots; i++ {
 			if s.slotWord(i).CompareAndSwap(0, ident) {
 				s.slot = i
+				s.pins.start(ident)
 				return nil
 			}
 		}
