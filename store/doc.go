@@ -85,6 +85,7 @@
 // gives back the Views of a process that died (a released row is freed, the others
 // can be evicted again). Only a process that dies in the instant between pinning a
 // row and noting it (or between the two steps of Done), or that holds more than
-// 1024 Views at once through one handle (the rest are not noted), leaves a row
-// pinned until the shard is closed.
+// 512 Views at once through one handle (the rest are not noted), or whose handle
+// is beyond the 63rd attached at once, leaves rows pinned until the shard is
+// closed.
 package store

@@ -24,7 +24,7 @@ import (
 //	1024  spec encoding
 //
 // followed, each page-aligned, by the writer slots (maxSlots u64 identities), the
-// pin journals (maxSlots x pinEntries u64: the rows each handle holds Views of,
+// pin journals (pinSlots x pinEntries u64: the rows each handle holds Views of,
 // so that the pins of a process that dies can be given back), the status table (capacity rows of 64 bytes), the free queue ring, the commit log ring
 // and the column tables.
 const (
@@ -47,7 +47,8 @@ const (
 	encVersion   = 1
 	statusStride = 64
 	maxSlots     = 1024 // slot 0 means "no writer"
-	pinEntries   = 1024 // journal entries per slot (a power of two): Views a handle can hold reclaimably
+	pinSlots     = 64   // slots with a pin journal (handles in later slots have none)
+	pinEntries   = 512  // journal entries per slot (a power of two): Views a handle can hold reclaimably
 	minPageSize  = 4096
 	maxPageSize  = 1 << 20
 
@@ -107,7 +108,7 @@ func computeLayout(spec Spec, pageSize int) (*layout, error) {
 	l.slotsOff = off
 	off += roundUp(maxSlots*8, pageSize)
 	l.pinsOff = off
-	off += roundUp(maxSlots*pinEntries*8, pageSize)
+	off += roundUp(pinSlots*pinEntries*8, pageSize)
 	l.statusOff = off
 	off += roundUp(spec.Capacity*statusStride, pageSize)
 	l.freeCells = nextPow2(2 * spec.Capacity)

@@ -9,8 +9,8 @@ import (
 //
 // A View is a pin: a count in its row's status word, which says nothing of who
 // holds it. So each handle also writes the rows it holds Views of into its
-// slot's journal in the segment (pinEntries words per slot, beside the writer
-// slots): an entry is the row's index + 1 in its low 32 bits and a tag of the
+// slot's journal in the segment (pinEntries words for each of the first
+// pinSlots slots, 256 KiB in all, beside the writer slots): an entry is the row's index + 1 in its low 32 bits and a tag of the
 // handle's process identity in its high 32 bits. Reclaim, finding a slot's
 // process dead, takes each of its entries (a compare-and-swap to zero, so that
 // two reclaiming processes never both give one back) and unpins the row.
@@ -21,7 +21,8 @@ import (
 // back (the row stays until the shard is closed), never a pin given back
 // twice. A handle holding more than pinEntries Views at once keeps the rest
 // out of the journal, with the old behaviour: they are not given back if the
-// process dies.
+// process dies; so are all the Views of a handle whose slot is beyond
+// pinSlots (more than 63 handles attached at once).
 type pinJournal struct {
 	base unsafe.Pointer // maxSlots x pinEntries words
 	tag  uint64         // this handle's tag, in the high 32 bits
@@ -46,6 +47,9 @@ func (j *pinJournal) start(ident uint64) { j.tag = pinTag(ident) }
 // is dead), so a free entry is found by compare-and-swap from a rotating
 // start, without a lock.
 func (j *pinJournal) record(slot int, i uint32) int32 {
+	if slot >= pinSlots {
+		return 0
+	}
 	v := j.tag | uint64(i) + 1
 	first := int(j.next.Add(1))
 	for k := range pinEntries {
@@ -67,6 +71,9 @@ func (j *pinJournal) forget(slot int, entry int32) {
 // takeDead clears every entry of slot written by the dead process of
 // identity id and returns their rows, for the caller to unpin.
 func (j *pinJournal) takeDead(slot int, id uint64, rows []uint32) []uint32 {
+	if slot >= pinSlots {
+		return rows
+	}
 	tag := pinTag(id)
 	for e := range pinEntries {
 		w := j.word(slot, e)
