@@ -36,9 +36,15 @@ func (dev *Device) DestroyStream(s Stream) error {
 
 // StreamDone reports whether all work enqueued on s has finished (cuStreamQuery).
 func (dev *Device) StreamDone(s Stream) (bool, error) {
+	return dev.query("cuStreamQuery", dev.drv.fn.cuStreamQuery, uintptr(s))
+}
+
+// query calls a driver query (cuStreamQuery, cuEventQuery): done on
+// CUDA_SUCCESS, not yet on CUDA_ERROR_NOT_READY, an error otherwise.
+func (dev *Device) query(name string, fn, arg uintptr) (bool, error) {
 	var code Result
 	err := dev.do(func() error {
-		code = Result(int32(ccall(dev.drv.fn.cuStreamQuery, uintptr(s))))
+		code = Result(int32(ccall(fn, arg)))
 		return nil
 	})
 	switch {
@@ -49,7 +55,7 @@ func (dev *Device) StreamDone(s Stream) (bool, error) {
 	case code == ErrorNotReady:
 		return false, nil
 	}
-	return false, dev.drv.errorOf("cuStreamQuery", code)
+	return false, dev.drv.errorOf(name, code)
 }
 
 // StreamSynchronize waits until all work enqueued on s has finished. With a
@@ -86,20 +92,7 @@ func (dev *Device) Record(e Event, s Stream) error {
 
 // EventDone reports whether the work before e's last Record has finished.
 func (dev *Device) EventDone(e Event) (bool, error) {
-	var code Result
-	err := dev.do(func() error {
-		code = Result(int32(ccall(dev.drv.fn.cuEventQuery, uintptr(e))))
-		return nil
-	})
-	switch {
-	case err != nil:
-		return false, err
-	case code == Success:
-		return true, nil
-	case code == ErrorNotReady:
-		return false, nil
-	}
-	return false, dev.drv.errorOf("cuEventQuery", code)
+	return dev.query("cuEventQuery", dev.drv.fn.cuEventQuery, uintptr(e))
 }
 
 // EventSynchronize waits for e, as StreamSynchronize waits for a stream: polling
