@@ -127,12 +127,14 @@ type DistTable struct {
 	closed bool
 
 	// scratch
-	syncBuf []float64
-	picks   []Pick
-	slots   []int
-	seen    []int64 // by slot: picks of a split draw so far
-	drawBuf []byte  // a split draw's exchange: this rank's picks, then every rank's
-	posBuf  []int32 // a split draw's shard of each position
+	syncBuf  []float64
+	picks    []Pick
+	slots    []int
+	seen     []int64 // by slot: picks of a split draw so far
+	drawBuf  []byte  // a split draw's exchange: this rank's picks, then every rank's
+	stageOut []byte  // Collect's packed small rows, to send
+	stageIn  []byte  // and received
+	posBuf   []int32 // a split draw's shard of each position
 }
 
 // globalState is what the last sync learned: every shard's state and the global
