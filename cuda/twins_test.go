@@ -49,7 +49,7 @@ func TestGatherCPUMatchesNaive(t *testing.T) {
 		s := cuda.GatherSpec{BlockBytes: frame * frames, Capacity: 1 + r.IntN(20), FrameBytes: frame}
 		if r.IntN(4) == 0 {
 			s.FrameBytes = 0
-			frame, frames = s.BlockBytes, 1
+			frames = 1 // one frame: the whole block
 		}
 		s.Offset = r.IntN(frames)
 		if r.IntN(2) == 0 {

@@ -68,7 +68,6 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	s := sr.Spec
 	getenv := sr.Getenv
 	if getenv == nil {
 		getenv = os.Getenv

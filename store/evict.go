@@ -397,8 +397,7 @@ type slotSet struct {
 	ids map[int]uint64
 }
 
-func (d slotSet) has(slot int) bool { _, ok := d.ids[slot]; return ok }
-func (d slotSet) empty() bool       { return len(d.ids) == 0 }
+func (d slotSet) empty() bool { return len(d.ids) == 0 }
 
 // deadSlots returns the writer slots whose process is gone. It is computed before a
 // scan, so that a process that dies during the scan is left for the next one (its

@@ -72,12 +72,11 @@ type opener func(ctx context.Context, opts ...collective.Option) (c *collective.
 // benchCase is one collective at one size on one rank: run calls it once (timed);
 // fill and check bracket a checked call.
 type benchCase struct {
-	bytes  int     // the size the line reports
-	busbw  float64 // busbw / algbw
-	fill   func()
-	run    func(ctx context.Context) error
-	check  func() error
-	before func() // restores inputs a call changes, before the checked call
+	bytes int     // the size the line reports
+	busbw float64 // busbw / algbw
+	fill  func()
+	run   func(ctx context.Context) error
+	check func() error
 }
 
 // openWorld joins the job's world (rank.Init) and builds its communicator.

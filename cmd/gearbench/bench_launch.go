@@ -37,7 +37,7 @@ func benchLaunch(args []string, out io.Writer) error {
 	}
 	cmds := splitCommands(fs.Args())
 	if len(cmds) == 0 {
-		return errors.New("no command: usage: gearbench launch [-n RUNS] CMD [ARGS...] [--vs CMD [ARGS...]]...")
+		return errors.New("no command: usage: gearbench launch [-n RUNS] CMD [ARGS...] [--vs CMD [ARGS...]] (any number of --vs)")
 	}
 	for _, c := range cmds {
 		if len(c) == 0 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"gear/examples/dqn/agent"
 	"gear/examples/dqn/replay"
@@ -190,7 +191,7 @@ func (r *rankRun) actor(ctx context.Context) error {
 			}
 		}
 		if s.Stop {
-			return nil
+			return r.stopped(ctx, s, trainer)
 		}
 		eps := r.epsilon(s.Frames)
 		obs := act.Observe()
@@ -234,9 +235,37 @@ func (r *rankRun) actor(ctx context.Context) error {
 // the run cleanly; anything else is an error.
 func (r *rankRun) actorEnd(err error) error {
 	if err == nil || endedByPeer(err) || errors.Is(err, store.ErrClosed) {
+		r.lostMu.Lock()
+		lost := r.lost
+		r.lostMu.Unlock()
+		if lost != nil {
+			return lost // a peer died: the run did not end, it broke
+		}
 		return nil
 	}
 	return err
+}
+
+// stopped is how an actor ends when its trainer says the run is over: cleanly,
+// unless the trainer failed; then with the news of a lost peer if the world
+// brings it within lostGrace (the trainer often hears it first), else with
+// an error naming the trainer.
+func (r *rankRun) stopped(ctx context.Context, s status, trainer int) error {
+	if !s.Failed {
+		return nil
+	}
+	select {
+	case <-r.lostCh:
+	case <-time.After(lostGrace):
+	case <-ctx.Done():
+	}
+	r.lostMu.Lock()
+	lost := r.lost
+	r.lostMu.Unlock()
+	if lost != nil {
+		return lost
+	}
+	return fmt.Errorf("dist: %s ended the run with an error", r.who(trainer))
 }
 
 // checkColumns checks that an attached shard has this program's rows.

@@ -17,7 +17,9 @@ import (
 //   - MaxPriority: the priority new transitions are inserted with.
 //   - GradSteps and Theta: the trainers' gradient steps and the newest
 //     parameter version published.
-//   - Stop: the run is over; actors and policy workers end cleanly.
+//   - Stop: the run is over; actors and policy workers end cleanly, unless
+//   - Failed: the trainer ended with an error; its actors end with one too
+//     (naming a lost peer when the world reports one).
 //
 // It travels as float32s; integers are split into 24-bit pieces, which
 // float32 holds exactly.
@@ -28,6 +30,7 @@ type status struct {
 	Theta       uint64
 	MaxPriority float64
 	Stop        bool
+	Failed      bool
 }
 
 const (
@@ -37,6 +40,7 @@ const (
 	statusTheta     = 9  // 3 floats
 	statusMaxPrio   = 12 // 1 float
 	statusStop      = 13 // 1 float
+	statusFailed    = 14 // 1 float
 	statusLen       = 16
 )
 
@@ -61,6 +65,9 @@ func (s status) encode(v []float32) {
 	if s.Stop {
 		v[statusStop] = 1
 	}
+	if s.Failed {
+		v[statusFailed] = 1
+	}
 }
 
 // decodeStatus reads a status from v.
@@ -75,6 +82,7 @@ func decodeStatus(v []float32) (status, error) {
 		Theta:       getUint(v[statusTheta:]),
 		MaxPriority: float64(v[statusMaxPrio]),
 		Stop:        v[statusStop] != 0,
+		Failed:      v[statusFailed] != 0,
 	}
 	if !(s.MaxPriority > 0) || math.IsInf(s.MaxPriority, 0) {
 		return status{}, fmt.Errorf("dist: trainer status with max priority %v", s.MaxPriority)

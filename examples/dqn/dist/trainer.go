@@ -34,7 +34,6 @@ type board struct {
 	target  float64
 	solved  bool
 	solvedN int
-	stop    bool
 }
 
 // episode records a finished episode and reports the progress and whether
@@ -181,15 +180,15 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 	var frames atomic.Uint64
 	vec := make([]float32, statusLen)
 	// publishStatus is called by the status goroutine, and before and after it.
-	publishStatus := func(stop bool) error {
+	publishStatus := func(stop, failed bool) error {
 		s := status{
 			Admitted: st.Info().Admitted, Frames: frames.Load(), GradSteps: gradSteps.Load(),
-			Theta: thetaVersion.Load(), MaxPriority: math.Float64frombits(maxPrio.Load()), Stop: stop,
+			Theta: thetaVersion.Load(), MaxPriority: math.Float64frombits(maxPrio.Load()), Stop: stop, Failed: failed,
 		}
 		s.encode(vec)
 		return statusPub.Publish(ctx, statusVersion.Add(1), vec)
 	}
-	if err := publishStatus(false); err != nil {
+	if err := publishStatus(false, false); err != nil {
 		return err
 	}
 	g.Go(func() error {
@@ -204,7 +203,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 				return nil
 			}
 			last = st.Info().Admitted
-			if err := publishStatus(false); err != nil {
+			if err := publishStatus(false, false); err != nil {
 				return err
 			}
 		}
@@ -263,7 +262,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 	// The run is over: tell the actors, then close the streams (deferred).
 	stopNow()
 	gerr := g.Wait()
-	if serr := publishStatus(true); err == nil && serr != nil && !errors.Is(serr, roles.ErrClosed) {
+	if serr := publishStatus(true, err != nil || gerr != nil); err == nil && serr != nil && !errors.Is(serr, roles.ErrClosed) {
 		err = serr
 	}
 	if err == nil {
