@@ -71,13 +71,13 @@ func benchLaunch(args []string, out io.Writer) error {
 	return nil
 }
 
-// commandLine is c as a line of text, with the directories of the program
-// and of its arguments that are paths of programs dropped (they are
-// temporary build directories, in the benchmark scripts).
+// commandLine is c as a line of text, with the directories of absolute paths
+// dropped (temporary build directories, in the benchmark scripts), except for
+// system programs and for arguments that hold spaces (shell commands).
 func commandLine(c []string) string {
 	out := make([]string, len(c))
 	for i, a := range c {
-		if filepath.IsAbs(a) && !strings.HasPrefix(a, "/bin/") && !strings.HasPrefix(a, "/usr/") {
+		if filepath.IsAbs(a) && !strings.ContainsAny(a, " \t") && !strings.HasPrefix(a, "/bin/") && !strings.HasPrefix(a, "/usr/") {
 			a = filepath.Base(a)
 		}
 		out[i] = a

@@ -40,6 +40,21 @@ func TestBenchLaunchComparesCommands(t *testing.T) {
 	}
 }
 
+func TestCommandLine(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"/tmp/x1/gearrun", "-np", "4", "/bin/true"}, "gearrun -np 4 /bin/true"},
+		{[]string{"sh", "-c", "/tmp/x1/gearrun -np 4 > /dev/null"}, "sh -c /tmp/x1/gearrun -np 4 > /dev/null"},
+		{[]string{"/usr/bin/mpirun", "-np", "4", "/tmp/x1/hello"}, "/usr/bin/mpirun -np 4 hello"},
+	} {
+		if got := commandLine(c.in); got != c.want {
+			t.Errorf("commandLine(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
 func TestBenchLaunchNamesAFailingCommand(t *testing.T) {
 	var out strings.Builder
 	err := benchLaunch([]string{"-n", "1", "/bin/sh", "-c", "echo broken >&2; exit 3"}, &out)
