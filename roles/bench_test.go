@@ -47,14 +47,7 @@ func BenchmarkInferenceRoundTrip(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			obs, act := make([]byte, 256), make([]byte, 16)
-			b.ResetTimer()
-			for range b.N {
-				if _, err := c.Infer(ctx, obs, act); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/roundtrip")
+			roundTrips(b, ctx, c, 256)
 		})
 	}
 }
@@ -141,16 +134,7 @@ func BenchmarkParamFetch(b *testing.B) {
 				w := rolestest.World(b, 2, l.layout)
 				ctx := context.Background()
 				n := size / 4
-				pub, err := roles.NewPublisher(ctx, w.Bootstrap(0), "theta", n)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer pub.Close()
-				r, err := roles.NewReader(ctx, w.Bootstrap(1), "theta", 1)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer r.Close()
+				pub, r := paramPair(b, ctx, w, n, 1)
 				params := filled(n, 1)
 				b.SetBytes(int64(size))
 				b.ResetTimer()
@@ -231,15 +215,7 @@ func BenchmarkInferenceRoundTripProcess(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			obs, act := make([]byte, 16), make([]byte, 16)
-			b.ResetTimer()
-			for range b.N {
-				if _, err := c.Infer(ctx, obs, act); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/roundtrip")
+			roundTrips(b, ctx, c, 16)
 			stop()
 			// The killed child could not remove its segment.
 			for _, name := range collectivetest.Segments(job) {
@@ -247,4 +223,18 @@ func BenchmarkInferenceRoundTripProcess(b *testing.B) {
 			}
 		})
 	}
+}
+
+// roundTrips times b.N inference round trips of c with observations of
+// obsLen bytes, and reports microseconds per round trip.
+func roundTrips(b *testing.B, ctx context.Context, c *roles.InferenceClient, obsLen int) {
+	obs, act := make([]byte, obsLen), make([]byte, 16)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.Infer(ctx, obs, act); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/roundtrip")
 }

@@ -28,18 +28,20 @@ func startPolicy(t *testing.T, ctx context.Context, srv *roles.InferenceServer) 
 }
 
 // inferPair starts the inference stream "pi" of 16-byte observations and
-// actions on rank 0 of w and dials it from rank 1; the caller closes both.
+// actions on rank 0 of w and dials it from rank 1; both are closed when the
+// test ends.
 func inferPair(t *testing.T, ctx context.Context, w *collectivetest.World) (*roles.InferenceServer, *roles.InferenceClient) {
 	t.Helper()
 	srv, err := roles.NewInferenceServer(ctx, w.Bootstrap(0), "pi", roles.InferenceConfig{ObsBytes: 16, ActBytes: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { srv.Close() })
 	c, err := roles.DialInference(ctx, w.Bootstrap(1), "pi", 0)
 	if err != nil {
-		srv.Close()
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
 	return srv, c
 }
 
@@ -51,9 +53,7 @@ func TestInferenceLostServer(t *testing.T) {
 		w := rolestest.World(t, 2, layout)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv, c := inferPair(t, ctx, w)
-		defer srv.Close()
-		defer c.Close()
+		_, c := inferPair(t, ctx, w)
 		// Nobody serves: the request waits until the loss is announced.
 		go func() {
 			time.Sleep(50 * time.Millisecond)
@@ -82,8 +82,6 @@ func TestInferenceServerClose(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		srv, c := inferPair(t, ctx, w)
-		defer srv.Close()
-		defer c.Close()
 		stop := startPolicy(t, ctx, srv)
 		act := make([]byte, 16)
 		if _, err := c.Infer(ctx, make([]byte, 16), act); err != nil {
@@ -115,8 +113,6 @@ func TestInferenceCancelThenContinue(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		srv, c := inferPair(t, ctx, w)
-		defer srv.Close()
-		defer c.Close()
 		obs, act := make([]byte, 16), make([]byte, 16)
 		obs[0] = 1
 		short, cancelShort := context.WithTimeout(ctx, 30*time.Millisecond)

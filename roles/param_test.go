@@ -156,16 +156,7 @@ func TestParamWaitAndErrors(t *testing.T) {
 		w := rolestest.World(t, 3, layout)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		pub, err := roles.NewPublisher(ctx, w.Bootstrap(0), "theta", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pub.Close()
-		r, err := roles.NewReader(ctx, w.Bootstrap(1), "theta", 5)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
+		pub, r := paramPair(t, ctx, w, 10, 5)
 		if r.Transport() != want {
 			t.Fatalf("transport %s, want %s", r.Transport(), want)
 		}
@@ -235,16 +226,7 @@ func TestParamPublisherClose(t *testing.T) {
 		w := rolestest.World(t, 2, layout)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		pub, err := roles.NewPublisher(ctx, w.Bootstrap(0), "theta", 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pub.Close()
-		r, err := roles.NewReader(ctx, w.Bootstrap(1), "theta", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Close()
+		pub, r := paramPair(t, ctx, w, 10, 1)
 		go func() {
 			time.Sleep(30 * time.Millisecond)
 			pub.Close()
@@ -257,4 +239,22 @@ func TestParamPublisherClose(t *testing.T) {
 			t.Fatalf("Publish after Close: %v", err)
 		}
 	})
+}
+
+// paramPair makes the publisher "theta" of n values on rank 0 of w and a
+// reader of it on rank 1 (taking a new version at most every every steps), both closed when the test
+// ends.
+func paramPair(tb testing.TB, ctx context.Context, w *collectivetest.World, n, every int) (*roles.Publisher, *roles.Reader) {
+	tb.Helper()
+	pub, err := roles.NewPublisher(ctx, w.Bootstrap(0), "theta", n)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pub.Close() })
+	r, err := roles.NewReader(ctx, w.Bootstrap(1), "theta", every)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { r.Close() })
+	return pub, r
 }
