@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
 )
 
 // BenchmarkAllReduce runs AllReduce (float32, sum) between goroutine ranks of this

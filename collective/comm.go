@@ -170,7 +170,7 @@ func (c *Comm) WorldRank(r int) int { return c.world[r] }
 // communicators of its world: "world" (or WithName's) for New, derived from the
 // parent's for Split. The communicator keeps its bootstrap keys under
 // "collective/<Name>/"; what is built on it (a Layout, an NCCL communicator of
-// package gear/collective/nccl) keeps its own under names derived from it.
+// package github.com/gear-rl/gear/collective/nccl) keeps its own under names derived from it.
 func (c *Comm) Name() string { return c.id }
 
 // Bootstrap is the Bootstrap of the communicator's world (for a Split

@@ -4,7 +4,7 @@ import "context"
 
 // The device path of a Layout (AllReduceDevice) reaches the GPU only through
 // the interfaces below, so that package collective, and every program that
-// uses it, links no GPU binding. Package gear/collective/nccl implements them
+// uses it, links no GPU binding. Package github.com/gear-rl/gear/collective/nccl implements them
 // with CUDA and NCCL (nccl.ForLayout).
 
 // DevicePtr is the address of a buffer in device memory, as a device binding

@@ -41,7 +41,7 @@
 // between GPUs where present (WithDevice(nccl.ForLayout(dev))) and through host copies among the
 // GMIs of one GPU.
 //
-// Device buffers. Package gear/collective/nccl builds NCCL communicators
+// Device buffers. Package github.com/gear-rl/gear/collective/nccl builds NCCL communicators
 // (nccl.New for the world, nccl.FromComm for the ranks of a communicator),
 // whose calls take cuda.DevicePtr buffers and keep the errors above: an ended
 // context or a lost rank aborts the NCCL communicator instead of hanging, and

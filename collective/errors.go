@@ -86,7 +86,7 @@ func (e *AbortError) Is(target error) bool { return target == ErrAborted }
 // other ranks why its communicator failed with err, the way Comm publishes it
 // under its bootstrap key "collective/<Name>/abort". It is for packages that
 // build communicators with Comm's error semantics on other links (package
-// gear/collective/nccl); DecodeAbortNote reads it back.
+// github.com/gear-rl/gear/collective/nccl); DecodeAbortNote reads it back.
 func EncodeAbortNote(from int, err error) []byte { return encodeAbort(from, err) }
 
 // DecodeAbortNote is the error a rank returns on hearing the notice b of

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
 )
 
 // Failures within one process: mismatched calls, ended contexts, lost ranks and

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unsafe"
 
-	"gear/gmi"
+	"github.com/gear-rl/gear/gmi"
 )
 
 // Layout is a layout-aware reducer: GMI-DRL's three gradient reductions
@@ -25,7 +25,7 @@ import (
 // Host buffers (LayoutAllReduce) take the host path in every step: shared
 // memory among the ranks of a host, TCP between hosts. Device buffers
 // (AllReduceDevice, with WithDevice) take the device's links (NCCL, with
-// package gear/collective/nccl) on the groups whose link is "nccl" (every
+// package github.com/gear-rl/gear/collective/nccl) on the groups whose link is "nccl" (every
 // member on a different GPU) when every rank's Device has them, and the host
 // path, through a host copy, on the others; without device links (or on
 // virtual GPUs from a topology file) every step takes the host path.
@@ -87,7 +87,7 @@ func WithStrategy(s gmi.Strategy) LayoutOption {
 }
 
 // WithDevice gives the layout this rank's device, for AllReduceDevice:
-// nccl.ForLayout(dev, opts...) of package gear/collective/nccl for a CUDA
+// nccl.ForLayout(dev, opts...) of package github.com/gear-rl/gear/collective/nccl for a CUDA
 // device. When dev implements DeviceLinks and its links are available on
 // every rank, the groups whose link is "nccl" get device groups
 // (NewDeviceGroup: NCCL communicators); otherwise they take the host path too.

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
-	"gear/gmi"
-	"gear/launch"
-	"gear/launch/launchtest"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/launch/launchtest"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Layout-aware reduction with real rank processes: six ranks placed as gearrun

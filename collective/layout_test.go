@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
-	"gear/gmi"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/gmi"
 )
 
 // Layout-aware reduction: the three strategies of GMI-DRL section 4.1 on
@@ -23,7 +23,7 @@ import (
 // of Go memory (layout_device_test.go); failures. The same with real
 // processes, the mapping set by the launcher from a topology file, is
 // TestProcessLayout; the device path on CUDA and NCCL is tested in package
-// gear/collective/nccl.
+// github.com/gear-rl/gear/collective/nccl.
 
 var layoutMappings = []struct {
 	name string

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/internal/geartest"
-	"gear/launch"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 )
 
 // TestMultiHost runs a job whose ranks sit on two "hosts": two network

@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/launch"
-	"gear/launch/launchtest"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/launch/launchtest"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Failures with real rank processes, started by launchtest: a rank killed with

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gear/internal/futex"
+	"github.com/gear-rl/gear/internal/futex"
 )
 
 // The shared-memory transport. Every rank of a host owns one segment per

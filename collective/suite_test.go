@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
 )
 
 // The shared suite: every collective, element type, reduction and size, over every

@@ -13,8 +13,8 @@ import (
 	"time"
 	"unsafe"
 
-	"gear/cuda"
-	"gear/cuda/cudatest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
 )
 
 // The variables package cuda reads, by their names in the rank contract.

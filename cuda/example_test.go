@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"gear/cuda"
-	"gear/cuda/cudatest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
 )
 
 func ExampleWeightedSampleCPU() {

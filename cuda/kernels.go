@@ -3,7 +3,7 @@ package cuda
 import (
 	"fmt"
 
-	"gear/cuda/internal/kernels"
+	"github.com/gear-rl/gear/cuda/internal/kernels"
 )
 
 // PTX returns gear's embedded PTX module (compiled from cuda/internal/kernels for

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gear/cuda"
-	"gear/cuda/cudatest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
 )
 
 // mapTable maps anonymous shared memory the way a shard maps its column tables,

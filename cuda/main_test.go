@@ -5,8 +5,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"gear/cuda"
-	"gear/cuda/cudatest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
 )
 
 func TestMain(m *testing.M) {

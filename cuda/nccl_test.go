@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"gear/cuda"
-	"gear/cuda/cudatest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
 )
 
 // world is an in-process stand-in for a rank's world: a write-once key-value

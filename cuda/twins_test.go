@@ -8,7 +8,7 @@ import (
 	"sort"
 	"testing"
 
-	"gear/cuda"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // naiveGather writes each row byte by byte from the definition.

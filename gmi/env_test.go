@@ -3,8 +3,8 @@ package gmi_test
 import (
 	"testing"
 
-	"gear/gmi"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/rank"
 )
 
 // gmi keeps its own copy of the names it shares with the launcher-to-rank

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"gear/gmi"
+	"github.com/gear-rl/gear/gmi"
 )
 
 func ExampleChooseStrategy() {

@@ -13,7 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"golang.org/x/sys/unix"
 
-	"gear/gmi/gmitest"
+	"github.com/gear-rl/gear/gmi/gmitest"
 )
 
 func discoverMock(t *testing.T, lib nvml.Interface) *Topology {

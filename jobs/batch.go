@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Batch is what a batch script needs besides the spec.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Cluster submits job specs to SLURM and keeps their records in a state

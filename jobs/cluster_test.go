@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/internal/geartest"
-	"gear/rank"
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/rank"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")

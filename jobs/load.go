@@ -11,7 +11,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // ErrNoSpec is returned by FromEnv when the process was not launched from a job

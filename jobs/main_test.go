@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // The test binary doubles as the programs the SLURM-mode tests start:

@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"gear/gmi"
-	"gear/launch"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 )
 
 // PlanOption adjusts Request and Plan.

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"gear/gmi"
-	"gear/launch"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 )
 
 func loadTopology(t *testing.T, name string) *gmi.Topology {

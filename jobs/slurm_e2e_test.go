@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"gear/internal/geartest"
+	"github.com/gear-rl/gear/internal/geartest"
 )
 
 // The tests in this file submit real jobs with `gearrun submit` to the SLURM
@@ -52,7 +52,7 @@ func requireSlurm(t *testing.T) {
 }
 
 // gearrunCmds is cmd/gearrun, built once for the package's tests.
-var gearrunCmds = geartest.NewCommands("gear/cmd/gearrun")
+var gearrunCmds = geartest.NewCommands("github.com/gear-rl/gear/cmd/gearrun")
 
 // gearrunBinary builds cmd/gearrun once for the package's tests.
 func gearrunBinary(t *testing.T) string {

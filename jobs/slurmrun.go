@@ -19,8 +19,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"gear/launch"
-	"gear/rank"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 )
 
 // SlurmRun runs a job inside a SLURM allocation, on its first node: it is what

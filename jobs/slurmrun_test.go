@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/internal/geartest"
-	"gear/rank"
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/rank"
 )
 
 // fakeSrun is a stand-in for srun on one node: it starts --ntasks copies of the

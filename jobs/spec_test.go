@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // fullSpec sets every field of every section to a value other than its default.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // StateDir is where gearrun keeps one directory per submitted job:

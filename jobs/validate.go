@@ -8,7 +8,7 @@ import (
 	"strings"
 	"sync"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // FieldError is one problem with one field of a spec. Field is the path of the

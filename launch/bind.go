@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"gear/gmi"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/rank"
 )
 
 // GPUPlan is how one group's ranks were placed on GPUs: a summary of the

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"gear/gmi"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/rank"
 )
 
 func topology(t *testing.T, name string) *gmi.Topology {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"syscall"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // RemoveJobSegments removes every shared-memory segment of job jobID in shmDir

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // rdzvAtLaunch stands for the coordinator's address when its port is chosen at

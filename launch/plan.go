@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"gear/gmi"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/rank"
 
 	"github.com/google/uuid"
 )

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 
 	"golang.org/x/term"
 )

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/internal/geartest"
-	"gear/rank"
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/rank"
 
 	"go.uber.org/goleak"
 )

@@ -1,8 +1,8 @@
 package rank_test
 
 import (
-	"gear/collective"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/rank"
 )
 
 // World is the bootstrap that communicators are built on.

@@ -6,7 +6,7 @@ import (
 	"os"
 	"sync"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // comms holds the communicators a World builds on demand.

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/launch/launchtest"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/launch/launchtest"
+	"github.com/gear-rl/gear/rank"
 )
 
 // TestWorldAndRoleComms runs an MPMD job of real processes: the world

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"gear/internal/geartest"
+	"github.com/gear-rl/gear/internal/geartest"
 
 	"go.uber.org/goleak"
 )

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // clientEnd is what the client ends of the three streams (InferenceClient,

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 var (

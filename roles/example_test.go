@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
-	"gear/collective/collectivetest"
-	"gear/roles"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/roles"
 )
 
 func ExamplePlan() {

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gear/collective"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/rank"
 )
 
 // InferenceConfig describes a policy worker's inference stream.

@@ -8,7 +8,7 @@ import (
 	"net"
 	"sync/atomic"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // InferenceClient is an actor's end of an inference stream: Infer sends one

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective/collectivetest"
-	"gear/roles"
-	"gear/roles/rolestest"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/roles/rolestest"
 )
 
 func startPolicy(t *testing.T, ctx context.Context, srv *roles.InferenceServer) (stop func()) {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/roles"
-	"gear/roles/rolestest"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/roles/rolestest"
 
 	"golang.org/x/sync/errgroup"
 )

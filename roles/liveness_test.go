@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective/collectivetest"
-	"gear/roles"
-	"gear/roles/rolestest"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/roles/rolestest"
 )
 
 // Set in a child policy worker process: "dir,transport,job,mode", mode "hold"

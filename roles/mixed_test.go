@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective/collectivetest"
-	"gear/roles"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/roles"
 
 	"golang.org/x/sync/errgroup"
 )

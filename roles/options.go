@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"gear/collective"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Transport chooses how a stream's ends talk.

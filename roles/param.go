@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"gear/collective"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Layout of a parameter segment: the common header, then

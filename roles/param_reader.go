@@ -9,7 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // Reader is the parameter service's read end, on a policy worker or an inline

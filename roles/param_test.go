@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective/collectivetest"
-	"gear/roles"
-	"gear/roles/rolestest"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/roles/rolestest"
 
 	"golang.org/x/sync/errgroup"
 )

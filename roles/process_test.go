@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective/collectivetest"
-	"gear/launch"
-	"gear/launch/launchtest"
-	"gear/rank"
-	"gear/roles"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/launch/launchtest"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/roles"
 )
 
 // TestPolicyWorkerKilled runs a real SRL job, each rank a process: a trainer

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gear/collective"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Record is one finished trajectory on its way from an actor to a trainer.

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // SampleSender is an actor's end of a sample stream: Push delivers a trajectory

@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"gear/internal/futex"
+	"github.com/gear-rl/gear/internal/futex"
 )
 
 // Shared memory common to the three streams. A segment is created by the server

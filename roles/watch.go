@@ -4,7 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // peerWatch follows the liveness of the one rank at the other end of a client's

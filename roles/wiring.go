@@ -5,7 +5,7 @@ import (
 	"maps"
 	"slices"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Table is a world's roles: role name → the world ranks of the role, in

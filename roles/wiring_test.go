@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"gear/rank"
-	"gear/roles"
-	"gear/roles/rolestest"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/roles/rolestest"
 )
 
 func TestPlanSmall(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"sync"
 
-	"gear/store"
+	"github.com/gear-rl/gear/store"
 )
 
 // Pad says where a window puts the zero frames that stand for frames outside the

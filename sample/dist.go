@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"gear/collective"
-	"gear/cuda"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // Mode is how a distributed table selects a sampled batch.

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
-	"gear/collective"
-	"gear/store"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/store"
 )
 
 // pinRow pins local row idx for reading: a table item is pinned in the shard; a

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
-	"gear/sample/sampletest"
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/sample/sampletest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // distItem is one item of a test world: its shard, key and priority.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"gear/sample"
+	"github.com/gear-rl/gear/sample"
 )
 
 // A table with FIFO selectors, max_times_sampled 1 and a Queue limiter is a queue:

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"gear/cuda"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // This file holds collection into device memory: a shard table's column tables

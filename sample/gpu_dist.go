@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"gear/collective"
-	"gear/cuda"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // Tags of the host messages of CollectDevice (row lists and row status; the rows

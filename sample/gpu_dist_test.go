@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
-	"gear/cuda"
-	"gear/cuda/cudatest"
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // deviceRank is what runDeviceDist gives each rank.

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 
-	"gear/cuda"
-	"gear/sample"
-	"gear/store"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/store"
 )
 
 // Collecting into device memory where there is a GPU, and into host memory

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"unsafe"
 
-	"gear/cuda"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // DeviceSelection runs a table's selection with GEAR's selection kernels: the

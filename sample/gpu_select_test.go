@@ -11,9 +11,9 @@ import (
 	"time"
 	"unsafe"
 
-	"gear/cuda"
-	"gear/cuda/cudatest"
-	"gear/sample/sampletest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
+	"github.com/gear-rl/gear/sample/sampletest"
 )
 
 // selections runs fn with a selection on the fake device, on the real GPU

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"gear/cuda"
-	"gear/cuda/cudatest"
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // fakeGPU is the fake CUDA driver and NCCL of package cudatest, which run gear's

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"gear/sample/sampletest"
+	"github.com/gear-rl/gear/sample/sampletest"
 )
 
 // shardCandidates lists every item of tb in its sampler's order as candidates of

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"gear/sample/sampletest"
+	"github.com/gear-rl/gear/sample/sampletest"
 )
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 1)) }

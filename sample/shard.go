@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"gear/store"
+	"github.com/gear-rl/gear/store"
 )
 
 // ShardTable is a Table whose items are the committed rows of a store shard. Any

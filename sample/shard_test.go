@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 var testColumns = []string{"obs", "act", "meta"}

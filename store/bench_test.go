@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // BenchmarkInsert measures Allocate, copy, Commit in one goroutine, into a shard

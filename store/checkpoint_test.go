@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // fillShard inserts n rows into s and changes some statuses.

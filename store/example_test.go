@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"gear/rank"
-	"gear/store"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/store"
 )
 
 // A shard's life: the owner creates it, a writer (any process that attaches by

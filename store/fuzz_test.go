@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 var fuzzSeq atomic.Uint64

@@ -14,8 +14,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // The tests re-execute their own binary to get real writer, killed-writer and

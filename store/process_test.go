@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // soakTime is how long the soak test's writers run: 10s, 2s with -short, or

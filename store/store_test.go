@@ -14,8 +14,8 @@ import (
 	"time"
 	"unsafe"
 
-	"gear/store"
-	"gear/store/storetest"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 func insert(t *testing.T, s *store.Shard, id uint64, prio float64) store.Ref {

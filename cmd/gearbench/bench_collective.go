@@ -13,9 +13,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gear/collective"
-	"gear/gmi"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/rank"
 )
 
 // The collective benchmarks run in every rank of a job started by gearrun. Rank 0

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"gear/collective"
-	"gear/launch/launchtest"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/launch/launchtest"
+	"github.com/gear-rl/gear/rank"
 )
 
 // collectiveLines decodes --json output and checks the fields and their order.

@@ -16,10 +16,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"gear/cuda"
-	"gear/rank"
-	"gear/sample"
-	"gear/store"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/store"
 )
 
 // gpuConfig is the configuration of `gearbench gpu`.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"gear/cuda/cudatest"
+	"github.com/gear-rl/gear/cuda/cudatest"
 )
 
 func TestBenchGPUWithoutDriver(t *testing.T) {

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"gear/collective"
-	"gear/rank"
-	"gear/sample"
-	"gear/store"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/store"
 )
 
 // The sampling and collection benchmarks run in one process or in every rank of a

@@ -17,9 +17,9 @@ import (
 	"strings"
 	"time"
 
-	"gear/rank"
-	"gear/store"
-	"gear/store/progress"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/progress"
 )
 
 // The store benchmark measures, in one run:

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"gear/gmi"
+	"github.com/gear-rl/gear/gmi"
 )
 
 // gpusCommand: gearrun gpus [--json] [--topology FILE]

@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"gear/jobs"
+	"github.com/gear-rl/gear/jobs"
 )
 
 // The job-spec commands: validate, run, submit, status, cancel, logs. Each parses

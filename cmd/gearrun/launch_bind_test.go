@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"gear/gmi"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/rank"
 )
 
 // bindingVars are the variables a rank's GPU binding consists of; the "env"

@@ -12,9 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	"gear/gmi"
-	"gear/launch"
-	"gear/rank"
+	"github.com/gear-rl/gear/gmi"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 )
 
 // envList collects repeated -x flags.

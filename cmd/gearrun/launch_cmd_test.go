@@ -14,15 +14,16 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"gear/internal/geartest"
-	"gear/launch"
-	"gear/rank"
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 
 	"go.uber.org/goleak"
 )
@@ -553,6 +554,38 @@ func TestVersion(t *testing.T) {
 		}
 		if !strings.HasPrefix(out.String(), "gearrun ") || !strings.Contains(out.String(), "go1.") {
 			t.Errorf("%s printed %q, want gearrun's version and the Go release", arg, out.String())
+		}
+	}
+}
+
+func TestVersionOf(t *testing.T) {
+	const mod = "github.com/gear-rl/gear"
+	vcs := func(rev, modified string) []debug.BuildSetting {
+		return []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: modified}}
+	}
+	for _, c := range []struct {
+		name string
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{"no build info", nil, "gearrun (devel) (revision unknown), go1.26 linux/amd64"},
+		{"go run", &debug.BuildInfo{Main: debug.Module{Path: mod, Version: "(devel)"}},
+			"gearrun (devel) (module " + mod + ", revision unknown), go1.26 linux/amd64"},
+		{"go install @v0.3.0", &debug.BuildInfo{Main: debug.Module{Path: mod, Version: "v0.3.0"}},
+			"gearrun v0.3.0 (module " + mod + ", revision unknown), go1.26 linux/amd64"},
+		{"go install @latest of an untagged commit", &debug.BuildInfo{Main: debug.Module{Path: mod, Version: "v0.0.0-20261125021500-7b9c7f85b26c"}},
+			"gearrun v0.0.0-20261125021500-7b9c7f85b26c (module " + mod + ", revision 7b9c7f85b26c), go1.26 linux/amd64"},
+		{"pseudo-version after a tag", &debug.BuildInfo{Main: debug.Module{Path: mod, Version: "v0.3.1-0.20261125021500-0123456789ab"}},
+			"gearrun v0.3.1-0.20261125021500-0123456789ab (module " + mod + ", revision 0123456789ab), go1.26 linux/amd64"},
+		{"go build in a modified checkout", &debug.BuildInfo{
+			Main:     debug.Module{Path: mod, Version: "v0.0.0-20261125021500-7b9c7f85b26c+dirty"},
+			Settings: vcs("7b9c7f85b26c5d1e2f3a4b5c6d7e8f9a0b1c2d3e", "true")},
+			"gearrun v0.0.0-20261125021500-7b9c7f85b26c+dirty (module " + mod + ", revision 7b9c7f85b26c, modified), go1.26 linux/amd64"},
+		{"a prerelease tag is not a pseudo-version", &debug.BuildInfo{Main: debug.Module{Path: mod, Version: "v1.0.0-rc1"}},
+			"gearrun v1.0.0-rc1 (module " + mod + ", revision unknown), go1.26 linux/amd64"},
+	} {
+		if got := versionOf(c.bi, "go1.26 linux/amd64"); got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.name, got, c.want)
 		}
 	}
 }

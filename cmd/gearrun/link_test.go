@@ -15,13 +15,13 @@ import (
 // milliseconds (docs/benchmarks.md, launch). GPU code lives in packages that
 // only GPU programs import (cuda, collective/nccl).
 func TestLauncherLinksNoGPUBinding(t *testing.T) {
-	pkgs := []string{"gear/cmd/gearrun", "gear/launch", "gear/rank", "gear/collective", "gear/store"}
+	pkgs := []string{"github.com/gear-rl/gear/cmd/gearrun", "github.com/gear-rl/gear/launch", "github.com/gear-rl/gear/rank", "github.com/gear-rl/gear/collective", "github.com/gear-rl/gear/store"}
 	out, err := exec.Command("go", append([]string{"list", "-deps"}, pkgs...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list -deps: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if dep == "gear/cuda" || strings.HasPrefix(dep, "gear/collective/nccl") || strings.Contains(dep, "purego") {
+		if dep == "github.com/gear-rl/gear/cuda" || strings.HasPrefix(dep, "github.com/gear-rl/gear/collective/nccl") || strings.Contains(dep, "purego") {
 			t.Errorf("%s depend on %s, a GPU binding", strings.Join(pkgs, ", "), dep)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -77,30 +78,69 @@ func run(args []string, s stdio) int {
 	return launchCommand(args, s)
 }
 
-// versionLine is what gearrun --version prints: the module's version (a
-// release tag, or the commit it was built from), and the Go release.
+// versionLine is what gearrun --version prints.
 func versionLine() string {
-	v := "(devel)"
-	if bi, ok := debug.ReadBuildInfo(); ok {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(bi, runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH)
+}
+
+// versionOf describes a build from its build info: the module's version ("v0.3.0"
+// from go install ...@v0.3.0, a pseudo-version from a checkout, "(devel)" from
+// go run), its path, and the VCS revision it was built from: the vcs.revision
+// setting of a build in a checkout, or the commit that a pseudo-version names
+// (go install ...@latest of an untagged commit). bi may be nil.
+func versionOf(bi *debug.BuildInfo, goRelease string) string {
+	version, path, rev, modified := "(devel)", "", "", false
+	if bi != nil {
 		if bi.Main.Version != "" {
-			v = bi.Main.Version
+			version = bi.Main.Version
 		}
-		var rev, dirty string
+		path = bi.Main.Path
 		for _, st := range bi.Settings {
 			switch st.Key {
 			case "vcs.revision":
 				rev = st.Value
 			case "vcs.modified":
-				if st.Value == "true" {
-					dirty = "+dirty"
-				}
+				modified = st.Value == "true"
 			}
 		}
-		if v == "(devel)" && rev != "" {
-			v = "commit " + rev[:min(len(rev), 12)] + dirty
-		}
 	}
-	return fmt.Sprintf("gearrun %s, %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if rev == "" {
+		rev = pseudoRevision(version)
+	}
+	var about []string
+	if path != "" {
+		about = append(about, "module "+path)
+	}
+	if rev != "" {
+		about = append(about, "revision "+rev[:min(len(rev), 12)])
+	} else {
+		about = append(about, "revision unknown")
+	}
+	if modified {
+		about = append(about, "modified")
+	}
+	return fmt.Sprintf("gearrun %s (%s), %s", version, strings.Join(about, ", "), goRelease)
+}
+
+// pseudoRevision returns the commit prefix that a pseudo-version
+// ("v0.0.0-20261125021500-7b9c7f8abcde", "v1.2.4-0.20261125021500-7b9c7f8abcde+dirty")
+// ends with, or "" for any other version.
+func pseudoRevision(version string) string {
+	version, _, _ = strings.Cut(version, "+")
+	i := strings.LastIndexByte(version, '-')
+	if i < 0 {
+		return ""
+	}
+	rev, stamp := version[i+1:], version[:i]
+	if len(rev) != 12 || strings.Trim(rev, "0123456789abcdef") != "" || len(stamp) < 14 {
+		return ""
+	}
+	stamp = stamp[len(stamp)-14:]
+	if strings.Trim(stamp, "0123456789") != "" {
+		return ""
+	}
+	return rev
 }
 
 func usage(w io.Writer) {

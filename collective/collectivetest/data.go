@@ -3,7 +3,7 @@ package collectivetest
 import (
 	"fmt"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // The inputs and serial references of the collective suites: element i of a

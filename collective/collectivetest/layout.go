@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/gmi"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/gmi"
 )
 
 // EvenRows reports whether every GPU of m holds the same number of GMIs

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // Transports that Run can build worlds over.

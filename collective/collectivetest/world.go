@@ -9,7 +9,7 @@ import (
 	"slices"
 	"sync"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // World is an in-process rendezvous for n ranks: a shared key-value store, host

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"gear/collective"
-	"gear/cuda"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // Comm is a communicator for device buffers, carried by NCCL. Its ranks are

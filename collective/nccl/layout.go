@@ -5,8 +5,8 @@ import (
 	"errors"
 	"slices"
 
-	"gear/collective"
-	"gear/cuda"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // LayoutDevice is a CUDA device as a collective.Layout uses it

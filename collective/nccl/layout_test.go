@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
-	"gear/collective/nccl"
-	"gear/cuda"
-	"gear/cuda/cudatest"
-	"gear/gmi"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/collective/nccl"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
+	"github.com/gear-rl/gear/gmi"
 )
 
 // The device path of collective.Layout with ForLayout: against the fake CUDA

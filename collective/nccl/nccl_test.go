@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"gear/collective"
-	"gear/collective/collectivetest"
-	"gear/collective/nccl"
-	"gear/cuda"
-	"gear/cuda/cudatest"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/collective/nccl"
+	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/cuda/cudatest"
 )
 
 // The NCCL communicator against the fake libcuda and libnccl of cuda/cudatest:

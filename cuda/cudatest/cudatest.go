@@ -41,7 +41,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"gear/cuda/internal/kernels"
+	"github.com/gear-rl/gear/cuda/internal/kernels"
 )
 
 //go:embed csrc/emu.h csrc/fakecuda.cc csrc/fakenccl.c

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"gear/cuda"
+	"github.com/gear-rl/gear/cuda"
 )
 
 // ToDevice copies xs into new memory on dev, which is freed (and the free

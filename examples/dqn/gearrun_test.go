@@ -17,14 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"gear/examples/dqn/cartpole"
-	"gear/examples/dqn/dist"
-	"gear/internal/geartest"
-	"gear/jobs"
+	"github.com/gear-rl/gear/examples/dqn/cartpole"
+	"github.com/gear-rl/gear/examples/dqn/dist"
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/jobs"
 )
 
 // bins are gearrun and dqn, built once for the tests that launch them.
-var bins = geartest.NewCommands("gear/cmd/gearrun", "gear/examples/dqn")
+var bins = geartest.NewCommands("github.com/gear-rl/gear/cmd/gearrun", "github.com/gear-rl/gear/examples/dqn")
 
 // binaries builds gearrun and dqn (once) and returns their paths.
 func binaries(t *testing.T) (gearrun, dqn string) {

@@ -43,8 +43,8 @@ import (
 
 	"golang.org/x/term"
 
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/dist"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/dist"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }

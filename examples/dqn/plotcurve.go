@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"gear/examples/dqn/internal/plot"
+	"github.com/gear-rl/gear/examples/dqn/internal/plot"
 )
 
 // plotCurve draws the learning curve of o.plot (a CSV that --curve wrote) as a

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/cartpole"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/cartpole"
 )
 
 // runSingle trains in one process: every role, one after the other, the

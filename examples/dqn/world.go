@@ -7,11 +7,11 @@ import (
 	"io"
 	"sync"
 
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/cartpole"
-	"gear/examples/dqn/dist"
-	"gear/jobs"
-	"gear/rank"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/cartpole"
+	"github.com/gear-rl/gear/examples/dqn/dist"
+	"github.com/gear-rl/gear/jobs"
+	"github.com/gear-rl/gear/rank"
 )
 
 // runWorld joins the world gearrun describes (a world of one without it) and

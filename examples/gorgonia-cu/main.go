@@ -7,13 +7,14 @@
 // libraries work in device 0's primary context, so no copies or context
 // switches are involved.
 //
-// The example is built only with the `cu` build tag, and gear's go.mod does not
-// require gorgonia.org/cu (whose package init exits the process when cuInit
-// fails, and which needs cuda.h and libcuda at build time). To run it on a GPU
-// machine with the CUDA headers installed:
+// The example is a module of its own, built only with the `cu` build tag, so
+// that gear's go.mod never requires gorgonia.org/cu (whose package init exits
+// the process when cuInit fails, and which needs cuda.h and libcuda at build
+// time). Its go.mod points github.com/gear-rl/gear at this repository. To run it
+// on a GPU machine with the CUDA headers installed:
 //
-//	go get gorgonia.org/cu
-//	go run -tags cu ./examples/gorgonia-cu
+//	cd examples/gorgonia-cu
+//	go run -tags cu .
 package main
 
 import (
@@ -26,7 +27,7 @@ import (
 
 	"gorgonia.org/cu"
 
-	"gear/cuda"
+	"github.com/gear-rl/gear/cuda"
 )
 
 func main() {

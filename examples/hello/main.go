@@ -15,8 +15,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"gear/collective"
-	"gear/rank"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/rank"
 )
 
 func main() {

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"gear/rank"
+	"github.com/gear-rl/gear/rank"
 )
 
 // TestHelloAlone runs hello as a world of one (the multi-rank run is exercised by

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"gear/internal/futex"
+	"github.com/gear-rl/gear/internal/futex"
 )
 
 func TestWaitReturnsWhenWordDiffers(t *testing.T) {

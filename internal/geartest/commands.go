@@ -22,7 +22,7 @@ type Commands struct {
 }
 
 // NewCommands describes the commands of the main packages pkgs (import paths,
-// such as "gear/cmd/gearrun"); it builds nothing yet.
+// such as "github.com/gear-rl/gear/cmd/gearrun"); it builds nothing yet.
 func NewCommands(pkgs ...string) *Commands { return &Commands{pkgs: pkgs} }
 
 // Path builds the commands if that has not been done yet and returns the path

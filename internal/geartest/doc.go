@@ -5,7 +5,7 @@
 // goroutines while the test reads it. Commands builds Go commands (such as
 // gearrun) once per test binary, for tests that run them as real processes:
 //
-//	var bins = geartest.NewCommands("gear/cmd/gearrun")
+//	var bins = geartest.NewCommands("github.com/gear-rl/gear/cmd/gearrun")
 //
 //	func TestMain(m *testing.M) {
 //		code := m.Run()

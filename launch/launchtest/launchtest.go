@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"gear/internal/geartest"
-	"gear/launch"
-	"gear/rank"
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 )
 
 // Option changes how RunRanks launches.

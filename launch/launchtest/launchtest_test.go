@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"gear/launch"
-	"gear/launch/launchtest"
-	"gear/rank"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/launch/launchtest"
+	"github.com/gear-rl/gear/rank"
 
 	"go.uber.org/goleak"
 )

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"gear/collective"
+	"github.com/gear-rl/gear/collective"
 )
 
 // DirBootstrap is a Bootstrap whose key-value exchange is a directory that

@@ -14,8 +14,8 @@ import (
 	"fmt"
 	"testing"
 
-	"gear/collective/collectivetest"
-	"gear/roles"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/roles"
 )
 
 // Layouts of a world's hosts.

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"gear/rank"
-	"gear/store"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/store"
 )
 
 var seq atomic.Uint64

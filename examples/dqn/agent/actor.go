@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"gear/examples/dqn/nn"
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/nn"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 // Env is an episodic environment with vector observations and discrete actions,

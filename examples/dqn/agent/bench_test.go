@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"gear/examples/dqn/cartpole"
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/cartpole"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 // BenchmarkGradientStep is one full learner step on a filled replay: sample,

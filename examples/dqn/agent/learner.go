@@ -5,8 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"gear/examples/dqn/nn"
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/nn"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 // Stats describes one gradient computation.

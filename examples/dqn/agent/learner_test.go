@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"gear/examples/dqn/cartpole"
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/cartpole"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 func linearConfig() Config {

@@ -3,7 +3,7 @@ package agent
 import (
 	"fmt"
 
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 // NStep turns single environment steps into n-step transitions: the reward of a

@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 type emitted struct {

@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 // RunConfig describes a single-process training run.

@@ -10,10 +10,10 @@ import (
 	"slices"
 	"time"
 
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/replay"
-	"gear/roles"
-	"gear/store"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/store"
 )
 
 // actor runs an actor: it steps its environment, takes actions from its own

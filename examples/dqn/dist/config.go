@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/agent"
 )
 
 // Ways for actors to hand transitions to their trainer (Config.Samples).

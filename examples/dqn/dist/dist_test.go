@@ -12,12 +12,12 @@ import (
 
 	"go.uber.org/goleak"
 
-	"gear/collective/collectivetest"
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/replay"
-	"gear/jobs"
-	"gear/roles"
-	"gear/roles/rolestest"
+	"github.com/gear-rl/gear/collective/collectivetest"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/jobs"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/roles/rolestest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

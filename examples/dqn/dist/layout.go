@@ -6,9 +6,9 @@ import (
 	"math"
 	"slices"
 
-	"gear/examples/dqn/replay"
-	"gear/jobs"
-	"gear/store"
+	"github.com/gear-rl/gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/jobs"
+	"github.com/gear-rl/gear/store"
 )
 
 // A row of the replay shard is one n-step transition, in six columns.

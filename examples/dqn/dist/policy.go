@@ -8,9 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/nn"
-	"gear/roles"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/nn"
+	"github.com/gear-rl/gear/roles"
 )
 
 // errRunOver ends a policy worker's wait for requests when the trainers

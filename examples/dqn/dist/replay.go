@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
-	"gear/examples/dqn/replay"
-	"gear/sample"
+	"github.com/gear-rl/gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/sample"
 )
 
 // shardReplay is a trainer's learner-side view of its sample.ShardTable: full

@@ -14,11 +14,11 @@ import (
 	"sync"
 	"time"
 
-	"gear/collective"
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/cartpole"
-	"gear/rank"
-	"gear/roles"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/cartpole"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/roles"
 )
 
 // Role names, as roles.DefaultNames has them.

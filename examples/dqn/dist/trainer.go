@@ -14,13 +14,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"gear/collective"
-	"gear/examples/dqn/agent"
-	"gear/examples/dqn/replay"
-	"gear/rank"
-	"gear/roles"
-	"gear/sample"
-	"gear/store"
+	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/store"
 )
 
 // board is the trainer's state that its goroutines share: the training loop

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/examples/dqn/replay"
 )
 
 // A learner's round trip: insert with a priority, sample with probabilities,
