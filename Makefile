@@ -5,7 +5,11 @@ GO ?= go
 NVCC ?= ../shared/tools/nvcc
 KERNELS := cuda/internal/kernels
 
-.PHONY: all build test vet fmt-check unit race fuzz ptx
+# The modules of the repository: gear itself and the examples that are modules
+# of their own (built against this checkout through a replace directive).
+MODULES := . examples/external examples/gorgonia-cu
+
+.PHONY: all build test vet fmt-check tidy-check unit race fuzz ptx
 
 all: build
 
@@ -14,6 +18,11 @@ build:
 
 vet:
 	$(GO) vet ./...
+	cd examples/external && $(GO) vet ./...
+
+# tidy-check fails when go mod tidy would change any module's go.mod or go.sum.
+tidy-check:
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "go mod tidy would change $$m/go.mod or go.sum"; exit 1; }; done
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -40,7 +49,7 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzCheckpointReader$$' ./store
 	$(FUZZ) -fuzz='^FuzzDecodeHeader$$' ./collective
 
-test: fmt-check vet build unit race fuzz
+test: fmt-check vet tidy-check build unit race fuzz
 
 # ptx regenerates the embedded PTX from the CUDA sources (no GPU needed) and
 # records the hashes that TestSumsMatchSources checks.

@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gear-rl/gear/jobs/jobstest"
 )
 
 // These tests run the gearrun binary's job-spec commands that need no SLURM.
@@ -17,7 +19,7 @@ func TestGearrunValidate(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `examples/jobs/mpmd.toml: ok: job "actor-trainer", 4 ranks: actor 3, trainer 1`) {
 		t.Fatalf("validate of the examples: exit %d\n%s", code, out)
 	}
-	bad := writeSpec(t, "name = \"x\"\n[launch]\nnp = 2\ncommand = [\"./p\"]\n[[group]]\nrole = \"a\"\nnp = 0\ncommand = [\"./a\"]\n")
+	bad := jobstest.WriteSpec(t, "name = \"x\"\n[launch]\nnp = 2\ncommand = [\"./p\"]\n[[group]]\nrole = \"a\"\nnp = 0\ncommand = [\"./a\"]\n")
 	out, code = gearrunCmd(t, g, "validate", bad)
 	if code != 1 {
 		t.Errorf("validate of an invalid spec: exit %d, want 1", code)
@@ -27,7 +29,7 @@ func TestGearrunValidate(t *testing.T) {
 			t.Errorf("validate output lacks %q:\n%s", want, out)
 		}
 	}
-	unknown := writeSpec(t, "name = \"x\"\n[launch]\nnp = 2\ncomand = [\"./p\"]\n")
+	unknown := jobstest.WriteSpec(t, "name = \"x\"\n[launch]\nnp = 2\ncomand = [\"./p\"]\n")
 	out, code = gearrunCmd(t, g, "validate", unknown)
 	if code != 1 || !strings.Contains(out, "jobs: "+unknown+":4:1: launch.comand: unknown key") {
 		t.Errorf("validate of a misspelt key: exit %d\n%s", code, out)
@@ -42,7 +44,7 @@ func TestGearrunRunLocal(t *testing.T) {
 		t.Skip("builds gearrun")
 	}
 	g := gearrunBinary(t)
-	spec := writeSpec(t, `
+	spec := jobstest.WriteSpec(t, `
 name = "local"
 [launch]
 grace = "1s"
@@ -72,7 +74,7 @@ command = ["sh", "-c", "echo \"$GREETING $GEAR_ROLE $GEAR_ROLE_RANK of $GEAR_WOR
 		t.Errorf("run --dry-run: exit %d\n%s", code, out)
 	}
 
-	failing := writeSpec(t, `
+	failing := jobstest.WriteSpec(t, `
 name = "local-fail"
 [launch]
 np = 3

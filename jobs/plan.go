@@ -40,6 +40,7 @@ func (s *Spec) Request(specPath string, opts ...PlanOption) (launch.Request, err
 	req := launch.Request{
 		RdzvTimeout: s.Launch.RdzvTimeout.D(),
 		Env:         envList(s.Launch.Env),
+		NoTorchEnv:  !s.Launch.TorchEnvOn(),
 	}
 	if specPath != "" {
 		abs, err := filepath.Abs(specPath)

@@ -1,11 +1,8 @@
 package jobs
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,136 +12,36 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/jobs/jobstest"
 )
 
 // The tests in this file submit real jobs with `gearrun submit` to the SLURM
-// cluster that the environment points at (SLURM_CONF), such as the one-node
-// cluster of scripts/slurm-local.sh:
-//
-//	scripts/slurm-local.sh up && eval "$(scripts/slurm-local.sh env)"
-//	GEAR_REQUIRE_SLURM=1 go test -run Slurm ./jobs
-//
-// Without sbatch or a reachable cluster they skip, unless GEAR_REQUIRE_SLURM=1,
-// which makes that a failure.
-
-// e2eWait bounds how long a test waits for a job; it guards against hangs and
-// says nothing about speed.
-const e2eWait = 5 * time.Minute
-
-func requireSlurm(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("SLURM end-to-end test skipped in -short mode")
-	}
-	why := ""
-	if _, err := exec.LookPath("sbatch"); err != nil {
-		why = "sbatch is not installed"
-	} else if out, err := exec.Command("sinfo", "--noheader", "--format=%t").CombinedOutput(); err != nil {
-		why = fmt.Sprintf("no SLURM cluster answers (sinfo: %v: %s); start one with scripts/slurm-local.sh up and eval \"$(scripts/slurm-local.sh env)\"", err, bytes.TrimSpace(out))
-	}
-	if why == "" {
-		return
-	}
-	if os.Getenv("GEAR_REQUIRE_SLURM") == "1" {
-		t.Fatalf("GEAR_REQUIRE_SLURM=1 but %s", why)
-	}
-	t.Skipf("skipping SLURM test: %s (set GEAR_REQUIRE_SLURM=1 to make this a failure)", why)
-}
+// cluster that the environment points at; see package jobstest.
 
 // gearrunCmds is cmd/gearrun, built once for the package's tests.
 var gearrunCmds = geartest.NewCommands("github.com/gear-rl/gear/cmd/gearrun")
 
-// gearrunBinary builds cmd/gearrun once for the package's tests.
-func gearrunBinary(t *testing.T) string {
-	t.Helper()
-	return gearrunCmds.Path(t, "gearrun")
-}
+var requireSlurm = jobstest.RequireSlurm
 
-// e2eJob is one submitted job and the state directory it is recorded in.
-type e2eJob struct {
-	t        *testing.T
-	gearrun  string
-	stateDir string
-	gearID   string
-	slurmID  string
-}
+func gearrunBinary(t *testing.T) string { return gearrunCmds.Path(t, "gearrun") }
 
-// gearrunCmd runs gearrun with args from the module root and returns its
-// combined output and exit code.
+// gearrunCmd runs gearrun with args from the module root.
 func gearrunCmd(t *testing.T, gearrun string, args ...string) (string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), e2eWait)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, gearrun, args...)
-	cmd.Dir = ".."
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if err != nil {
-		ee, ok := err.(*exec.ExitError)
-		if !ok {
-			t.Fatalf("gearrun %s: %v", strings.Join(args, " "), err)
-		}
-		code = ee.ExitCode()
-	}
-	return string(out), code
+	return jobstest.Gearrun(t, "..", gearrun, args...)
 }
 
-// submit runs `gearrun submit --parsable` on spec (relative to the module root
-// or absolute).
-func submit(t *testing.T, spec string) *e2eJob {
+// submit submits spec (relative to the module root, or absolute) from the
+// module root.
+func submit(t *testing.T, spec string) *jobstest.Job {
 	t.Helper()
-	j := &e2eJob{t: t, gearrun: gearrunBinary(t), stateDir: t.TempDir()}
-	out, code := gearrunCmd(t, j.gearrun, "submit", "--parsable", "--state-dir", j.stateDir, spec)
-	if code != 0 {
-		t.Fatalf("gearrun submit %s: exit %d\n%s", spec, code, out)
-	}
-	f := strings.Fields(out)
-	if len(f) != 2 {
-		t.Fatalf("gearrun submit --parsable printed %q, want \"GEAR_ID SLURM_ID\"", out)
-	}
-	j.gearID, j.slurmID = f[0], f[1]
-	t.Logf("submitted %s: gear job %s, SLURM job %s", spec, j.gearID, j.slurmID)
-	t.Cleanup(func() {
-		// Leave no job behind, whatever the test did.
-		exec.Command("scancel", j.slurmID).Run()
-	})
-	return j
-}
-
-// wait runs `gearrun status --wait` and returns the final state and the job's
-// log.
-func (j *e2eJob) wait() (state, log string) {
-	j.t.Helper()
-	out, _ := gearrunCmd(j.t, j.gearrun, "status", "--wait", "--timeout", e2eWait.String(), "--state-dir", j.stateDir, j.slurmID)
-	m := regexp.MustCompile(`(?m)^state:\s+(\S+)`).FindStringSubmatch(out)
-	if m == nil {
-		j.t.Fatalf("gearrun status printed no state:\n%s", out)
-	}
-	return m[1], j.logs()
-}
-
-func (j *e2eJob) logs() string {
-	j.t.Helper()
-	out, code := gearrunCmd(j.t, j.gearrun, "logs", "--state-dir", j.stateDir, j.gearID)
-	if code != 0 {
-		j.t.Fatalf("gearrun logs: exit %d\n%s", code, out)
-	}
-	return out
-}
-
-func writeSpec(t *testing.T, doc string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "job.toml")
-	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return jobstest.Submit(t, "..", gearrunBinary(t), spec)
 }
 
 func TestSlurmHelloAllReduce(t *testing.T) {
 	requireSlurm(t)
 	j := submit(t, "examples/jobs/hello.toml")
-	state, log := j.wait()
+	state, log := j.Wait()
 	if state != "COMPLETED" {
 		t.Fatalf("state %s, want COMPLETED; log:\n%s", state, log)
 	}
@@ -167,7 +64,7 @@ func TestSlurmHelloAllReduce(t *testing.T) {
 
 func TestSlurmFailingRank(t *testing.T) {
 	requireSlurm(t)
-	spec := writeSpec(t, `
+	spec := jobstest.WriteSpec(t, `
 name = "fail-rank"
 [launch]
 np = 4
@@ -177,7 +74,7 @@ command = ["sh", "-c", "if [ \"$GEAR_RANK\" = 2 ]; then echo 'rank two gives up'
 extra = ["--overcommit"]
 `)
 	j := submit(t, spec)
-	state, log := j.wait()
+	state, log := j.Wait()
 	if state != "FAILED" {
 		t.Fatalf("state %s, want FAILED; log:\n%s", state, log)
 	}
@@ -191,7 +88,7 @@ extra = ["--overcommit"]
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
 	}
-	out, _ := gearrunCmd(t, j.gearrun, "status", "--state-dir", j.stateDir, j.gearID)
+	out, _ := j.Run("status", j.GearID)
 	if !strings.Contains(out, "FAILED (exit 3)") {
 		t.Errorf("status does not report exit 3:\n%s", out)
 	}
@@ -200,7 +97,7 @@ extra = ["--overcommit"]
 func TestSlurmCancel(t *testing.T) {
 	requireSlurm(t)
 	pids := t.TempDir()
-	spec := writeSpec(t, fmt.Sprintf(`
+	spec := jobstest.WriteSpec(t, fmt.Sprintf(`
 name = "to-cancel"
 [launch]
 np = 2
@@ -213,10 +110,10 @@ extra = ["--overcommit"]
 
 	// Wait for both ranks and their children to run.
 	var procs []int
-	deadline := time.Now().Add(e2eWait)
+	deadline := time.Now().Add(jobstest.WaitLimit)
 	for len(procs) < 4 {
 		if time.Now().After(deadline) {
-			t.Fatalf("the ranks never started; log:\n%s", j.logs())
+			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
 		}
 		time.Sleep(200 * time.Millisecond)
 		procs = procs[:0]
@@ -227,11 +124,11 @@ extra = ["--overcommit"]
 			}
 		}
 	}
-	out, code := gearrunCmd(t, j.gearrun, "cancel", "--state-dir", j.stateDir, j.gearID)
+	out, code := j.Run("cancel", j.GearID)
 	if code != 0 {
 		t.Fatalf("gearrun cancel: exit %d\n%s", code, out)
 	}
-	state, log := j.wait()
+	state, log := j.Wait()
 	if state != "CANCELLED" {
 		t.Fatalf("state %s, want CANCELLED; log:\n%s", state, log)
 	}
@@ -264,7 +161,7 @@ func processAlive(pid int) bool {
 func TestSlurmMPMD(t *testing.T) {
 	requireSlurm(t)
 	j := submit(t, "examples/jobs/mpmd.toml")
-	state, log := j.wait()
+	state, log := j.Wait()
 	if state != "COMPLETED" {
 		t.Fatalf("state %s, want COMPLETED; log:\n%s", state, log)
 	}

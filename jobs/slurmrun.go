@@ -181,6 +181,18 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		rank.EnvRdzvAddr+"="+rdzv,
 		rank.EnvJobSpec+"="+specPath,
 	)
+	if s.Launch.TorchEnvOn() {
+		// Rank 0 runs on this node (the first of the allocation: srun places
+		// tasks in blocks), so its TCPStore port is reserved here, on every
+		// interface, and given back as srun starts. The tasks read the
+		// address from srun's environment (SlurmTask).
+		port, release, err := rank.ReservePort("")
+		if err != nil {
+			return nil, fmt.Errorf("jobs: run --slurm: %w", err)
+		}
+		release()
+		cmd.Env = append(cmd.Env, rank.EnvTorchMasterAddr+"="+hosts[0], rank.EnvTorchMasterPort+"="+strconv.Itoa(port))
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = s.Launch.Grace.D()
@@ -397,6 +409,23 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 		env = os.Environ()
 	}
 	set := map[string]string{}
+	// torchrun's variables first, so that the spec's env can override them,
+	// as in a local run.
+	if s.Launch.TorchEnvOn() {
+		torch, err := taskTorchEnv(info, s, lookup)
+		if err != nil {
+			return 0, fmt.Errorf("jobs: run --slurm-task: %w", err)
+		}
+		for _, kv := range torch.Environ() {
+			k, v, _ := strings.Cut(kv, "=")
+			set[k] = v
+		}
+		for _, kv := range torch.Defaults() {
+			if k, v, _ := strings.Cut(kv, "="); !inEnv(env, k) {
+				set[k] = v
+			}
+		}
+	}
 	for k, v := range role.Env {
 		set[k] = v
 	}
@@ -531,6 +560,28 @@ func rankEnv(info rank.Info, s *Spec, specPath string) map[string]string {
 		env[rank.EnvRdzvTimeout] = d.String()
 	}
 	return env
+}
+
+// taskTorchEnv is a task's place in torchrun's terms; MASTER_ADDR and
+// MASTER_PORT come from srun's environment, where SlurmRun put them.
+func taskTorchEnv(info rank.Info, s *Spec, lookup func(string) (string, bool)) (rank.TorchEnv, error) {
+	addr, _ := lookup(rank.EnvTorchMasterAddr)
+	port, _ := lookup(rank.EnvTorchMasterPort)
+	if addr == "" || port == "" {
+		return rank.TorchEnv{}, fmt.Errorf("%s and %s are not set; gearrun run --slurm sets them for [launch] torch_env", rank.EnvTorchMasterAddr, rank.EnvTorchMasterPort)
+	}
+	ro, _, _ := s.RoleOf(info.Rank)
+	return rank.TorchEnvOf(info, ro.NP, net.JoinHostPort(addr, port))
+}
+
+// inEnv reports whether env ("NAME=value" entries) sets name.
+func inEnv(env []string, name string) bool {
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k == name {
+			return true
+		}
+	}
+	return false
 }
 
 // mergeEnv returns env with the variables of set replacing or added, sorted by

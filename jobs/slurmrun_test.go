@@ -227,6 +227,8 @@ gpus_per_node = 4
 		rank.EnvJobToken: "secret", rank.EnvCUDAVisibleDevices: "4,5,6,7",
 		rank.EnvTopology: "../examples/topologies/dgx-a100.toml", // the node: 8 GPUs
 		rank.EnvRank:     "99",                                   // leaked from an outer launch: must be ignored
+		// What gearrun run --slurm puts in srun's environment.
+		rank.EnvTorchMasterAddr: "n1", rank.EnvTorchMasterPort: "29601",
 	}
 	var stdout, stderr bytes.Buffer
 	task := &SlurmTask{
@@ -257,11 +259,48 @@ gpus_per_node = 4
 		rank.EnvGMILayout:          "[[2],[3]]",
 		"SHARED":                   "trainer",
 		"KEEP":                     "1",
+		// torchrun's contract: the node is torchrun's group, the role its role.
+		"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "4",
+		"GROUP_RANK": "0", "GROUP_WORLD_SIZE": "2", "ROLE_NAME": "trainer", "ROLE_RANK": "1", "ROLE_WORLD_SIZE": "2",
+		"MASTER_ADDR": "n1", "MASTER_PORT": "29601", "TORCHELASTIC_RESTART_COUNT": "0",
+		"TORCHELASTIC_RUN_ID": "11111111-2222-3333-4444-555555555555", "OMP_NUM_THREADS": "1",
 	}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s=%q, want %q", k, got[k], v)
 		}
+	}
+}
+
+// With [launch] torch_env = false a task sets none of torchrun's variables
+// and needs no MASTER_ADDR; with it on, a task without them says which.
+func TestSlurmTaskTorchEnvSwitch(t *testing.T) {
+	vars := map[string]string{rank.EnvSlurmProcID: "0", rank.EnvSlurmNTasks: "1", rank.EnvSlurmNodeList: "n1",
+		rank.EnvRdzvAddr: "n1:1", rank.EnvJobID: "11111111-2222-3333-4444-555555555555"}
+	lookup := func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+	spec, err := Parse([]byte("name=\"t\"\n[launch]\ntorch_env = false\ncommand = [\"sh\", \"-c\", \"env\"]\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	task := &SlurmTask{Spec: spec, Lookup: lookup, Environ: []string{"PATH=" + os.Getenv("PATH")}, Stdout: &stdout, Stderr: &bytes.Buffer{}}
+	if code, err := task.Run(context.Background()); code != 0 || err != nil {
+		t.Fatalf("Run: %d %v", code, err)
+	}
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		for _, name := range []string{"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"} {
+			if strings.HasPrefix(line, name+"=") {
+				t.Errorf("torch_env = false, yet the rank got %s", line)
+			}
+		}
+	}
+	on, err := Parse([]byte("name=\"t\"\n[launch]\ncommand = [\"true\"]\n"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	task = &SlurmTask{Spec: on, Lookup: lookup, Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}}
+	if _, err := task.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "MASTER_ADDR and MASTER_PORT are not set") {
+		t.Fatalf("Run without MASTER_ADDR: %v", err)
 	}
 }
 
@@ -345,7 +384,8 @@ command = ["sh", "-c", "echo out $GEAR_RANK; echo err $GEAR_RANK >&2"]
 		t.Fatal(err)
 	}
 	vars := map[string]string{rank.EnvSlurmProcID: "1", rank.EnvSlurmNTasks: "2", rank.EnvSlurmLocalID: "1",
-		rank.EnvSlurmNodeList: "n1", rank.EnvRdzvAddr: "n1:1", rank.EnvJobID: "11111111-2222-3333-4444-555555555555"}
+		rank.EnvSlurmNodeList: "n1", rank.EnvRdzvAddr: "n1:1", rank.EnvJobID: "11111111-2222-3333-4444-555555555555",
+		rank.EnvTorchMasterAddr: "n1", rank.EnvTorchMasterPort: "29500"}
 	var stdout, stderr bytes.Buffer
 	task := &SlurmTask{Spec: spec, Lookup: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
 		Stdout: &stdout, Stderr: &stderr}

@@ -48,7 +48,14 @@ type Launch struct {
 	RdzvTimeout Duration `toml:"rdzv_timeout,omitempty"`
 	// OutputDir, when set, receives one output file per rank.
 	OutputDir string `toml:"output_dir,omitempty"`
+	// TorchEnv gives every rank torchrun's variables (RANK, WORLD_SIZE,
+	// LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...; see rank.TorchEnv) beside
+	// gear's; nil means true. false turns them off.
+	TorchEnv *bool `toml:"torch_env,omitempty"`
 }
+
+// TorchEnvOn reports whether the ranks get torchrun's variables.
+func (l Launch) TorchEnvOn() bool { return l.TorchEnv == nil || *l.TorchEnv }
 
 // Group is one [[group]]: an MPMD role.
 type Group struct {

@@ -22,6 +22,7 @@ func fullSpec() *Spec {
 			Grace:       Duration(3 * time.Second),
 			RdzvTimeout: Duration(2 * time.Minute),
 			OutputDir:   "out/full",
+			TorchEnv:    new(false),
 		},
 		Groups: []Group{
 			{Role: "actor", NP: 3, Command: []string{"./actor", "--env", "pong"}, Env: map[string]string{"B": "3"}},
@@ -67,6 +68,33 @@ func TestRoundTripFullSpec(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("round trip changed the spec:\n got %+v\nwant %+v\nTOML:\n%s", got, want, b)
+	}
+}
+
+// torch_env is on unless a spec says false, and a spec that says false
+// launches without torchrun's variables.
+func TestTorchEnvSwitch(t *testing.T) {
+	for doc, on := range map[string]bool{
+		"": true, "torch_env = true\n": true, "torch_env = false\n": false,
+	} {
+		s, err := Parse([]byte("name = \"t\"\n[launch]\ncommand = [\"./p\"]\n"+doc), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Launch.TorchEnvOn() != on {
+			t.Errorf("%q: TorchEnvOn() = %v, want %v", doc, !on, on)
+		}
+		req, err := s.Request("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if req.NoTorchEnv == on {
+			t.Errorf("%q: launch request NoTorchEnv = %v", doc, req.NoTorchEnv)
+		}
+	}
+	if _, err := Parse([]byte("name = \"t\"\n[launch]\ncommand = [\"./p\"]\ntorch_env = \"no\"\n"), "job.toml"); err == nil ||
+		!strings.Contains(err.Error(), "torch_env") {
+		t.Errorf("torch_env = \"no\": %v, want an error naming torch_env", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,13 @@ func (p *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job %s: %d ranks on %d node(s)\n", p.JobID, len(p.Ranks), p.NumNodes)
 	fmt.Fprintf(&b, "rendezvous %s, timeout %v, token %s\n", p.shownRdzvAddr(), time.Duration(p.RdzvTimeout), maskedToken)
+	if p.TorchEnv {
+		port := "(a free port reserved at launch)"
+		if p.MasterPort > 0 {
+			port = strconv.Itoa(p.MasterPort)
+		}
+		fmt.Fprintf(&b, "torch env: %s=%s %s=%s\n", rank.EnvTorchMasterAddr, p.MasterAddr, rank.EnvTorchMasterPort, port)
+	}
 	if p.Dir != "" {
 		fmt.Fprintf(&b, "directory %s\n", p.Dir)
 	}

@@ -3,6 +3,7 @@ package launch
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -45,6 +46,9 @@ type Request struct {
 	// IsGoPackage reports whether a program names a Go package directory that Run
 	// must build first; nil means: a directory holding .go files.
 	IsGoPackage func(program string) bool
+	// NoTorchEnv leaves out torchrun's variables (RANK, WORLD_SIZE,
+	// MASTER_ADDR, ...; see rank.TorchEnv), which every rank gets otherwise.
+	NoTorchEnv bool
 }
 
 // Group is one MPMD group: NP ranks running Argv.
@@ -119,6 +123,12 @@ type Plan struct {
 	RdzvAddr    string   `json:"rdzv_addr"`
 	RdzvTimeout Duration `json:"rdzv_timeout"`
 	NumNodes    int      `json:"num_nodes"`
+	// TorchEnv gives every rank torchrun's variables (rank.TorchEnv), with
+	// MASTER_ADDR and MASTER_PORT naming where rank 0 serves torch's TCPStore.
+	// MasterPort 0 means: a free port that Run reserves on MasterAddr.
+	TorchEnv   bool   `json:"torch_env"`
+	MasterAddr string `json:"master_addr,omitempty"`
+	MasterPort int    `json:"master_port,omitempty"`
 	Dir         string   `json:"dir,omitempty"`
 	// Env holds the additions every rank gets (after the contract variables).
 	Env   []string   `json:"env,omitempty"`
@@ -207,6 +217,10 @@ func NewPlan(req Request) (*Plan, error) {
 	}
 	if p.RdzvTimeout <= 0 {
 		p.RdzvTimeout = Duration(rank.DefaultRdzvTimeout)
+	}
+	if !req.NoTorchEnv {
+		p.TorchEnv = true
+		p.MasterAddr = masterHost(p.RdzvAddr)
 	}
 	lookup := req.Lookup
 	if lookup == nil {
@@ -333,6 +347,20 @@ func resolveEnv(what string, env []string, lookup func(string) (string, bool)) (
 	return out, nil
 }
 
+// masterHost is rank 0's host for torch's TCPStore: the coordinator's host
+// when the coordinator listens on one address, else loopback, since every rank
+// of a local launch runs on this host.
+func masterHost(rdzvAddr string) string {
+	host, _, err := net.SplitHostPort(rdzvAddr)
+	if err != nil || host == "" {
+		return "127.0.0.1"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		return "127.0.0.1"
+	}
+	return host
+}
+
 // IsGoPackageDir reports whether path is a directory holding .go files.
 func IsGoPackageDir(path string) bool {
 	fi, err := os.Stat(path)
@@ -344,8 +372,8 @@ func IsGoPackageDir(path string) bool {
 }
 
 // Environ returns the variables that rank r gets on top of the launcher's
-// environment: the contract (GEAR_*), the device binding, then the plan's and
-// the group's additions. rdzvAddr is the coordinator's actual address.
+// environment: the contract (GEAR_*), torchrun's variables (when TorchEnv), the
+// device binding, then the plan's and the group's additions. rdzvAddr is the coordinator's actual address.
 func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	s := &p.Ranks[r]
 	env := make([]string, 0, 16+len(p.Env)+len(s.Env))
@@ -362,9 +390,41 @@ func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	add(rank.EnvRdzvTimeout, time.Duration(p.RdzvTimeout).String())
 	add(rank.EnvJobID, p.JobID)
 	add(rank.EnvJobToken, p.Token)
+	if p.TorchEnv {
+		env = append(env, p.torchEnv(r).Environ()...)
+	}
 	env = append(env, s.Device.Environ()...)
 	env = append(env, p.Env...)
 	return append(env, s.Env...)
+}
+
+// torchEnv is rank r's place in torchrun's terms.
+func (p *Plan) torchEnv(r int) rank.TorchEnv {
+	s := &p.Ranks[r]
+	roleSize := 0
+	for _, ro := range p.Roles {
+		if ro.Name == s.Role {
+			roleSize = len(ro.Ranks)
+		}
+	}
+	return rank.TorchEnv{
+		Rank: s.Rank, WorldSize: len(p.Ranks),
+		LocalRank: s.LocalRank, LocalWorldSize: s.LocalSize,
+		GroupRank: s.Node, GroupWorldSize: p.NumNodes,
+		RoleName: s.Role, RoleRank: s.RoleRank, RoleWorldSize: roleSize,
+		MasterAddr: p.MasterAddr, MasterPort: p.MasterPort,
+		RunID: p.JobID,
+	}
+}
+
+// inheritDefaults lists what rank r gets only where the launcher's
+// environment and the plan give no value (OMP_NUM_THREADS under the torch
+// contract).
+func (p *Plan) inheritDefaults(r int) []string {
+	if !p.TorchEnv {
+		return nil
+	}
+	return p.torchEnv(r).Defaults()
 }
 
 // Environ returns the binding's variables as "NAME=value" entries, only
@@ -435,3 +495,9 @@ func (p *Plan) Masked() *Plan {
 }
 
 const maskedToken = "****"
+
+// copy returns a copy of p that Run may fill in without touching the caller's.
+func (p *Plan) copy() *Plan {
+	q := *p
+	return &q
+}

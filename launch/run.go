@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,6 +92,9 @@ type RankResult struct {
 type Result struct {
 	JobID    string       `json:"job_id"`
 	RdzvAddr string       `json:"rdzv_addr"`
+	// MasterAddr is where rank 0 was told to serve torch's TCPStore
+	// (MASTER_ADDR:MASTER_PORT), "" without the torch contract.
+	MasterAddr string `json:"master_addr,omitempty"`
 	Ranks    []RankResult `json:"ranks"`
 	// FailedRank is the rank whose failure ended the job, or -1.
 	FailedRank int `json:"failed_rank"`
@@ -192,6 +196,7 @@ func newJob(p *Plan, opts Options) (*job, error) {
 		opts.BaseEnv = os.Environ()
 	}
 	n := len(p.Ranks)
+	p = p.copy() // Run fills in the master port
 	j := &job{
 		plan:     p,
 		opts:     opts,
@@ -269,6 +274,19 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 
 	j.reaper = newReaper(j.exits)
 	defer j.reaper.close()
+	if p.TorchEnv && p.MasterPort == 0 {
+		// A port the kernel calls free now, given back at once so that rank 0
+		// can bind it: the window is the ranks' start, as under torchrun.
+		port, release, err := rank.ReservePort(p.MasterAddr)
+		if err != nil {
+			return j.setupFailed(err)
+		}
+		p.MasterPort = port
+		release()
+	}
+	if p.TorchEnv {
+		j.res.MasterAddr = net.JoinHostPort(p.MasterAddr, strconv.Itoa(p.MasterPort))
+	}
 	j.guard = startGuard(j.opts.ShmDir, p.JobID, lock.Path(), j.log)
 	startErr := j.spawnAll(programs, devNull)
 	if startErr != nil {
@@ -451,6 +469,9 @@ func (j *job) spawn(i int, path string, stdin *os.File, base []string) error {
 	stdout, stderr, err := j.outputs(i)
 	if err != nil {
 		return err
+	}
+	if d := j.plan.inheritDefaults(i); len(d) > 0 {
+		base = append(d, base...) // the launcher's own values win
 	}
 	env := mergeEnv(base, j.plan.Environ(i, j.coord.Addr()), j.plan.inheritDrop(i)...)
 	argv := append([]string{r.Argv[0]}, r.Argv[1:]...)

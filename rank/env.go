@@ -85,6 +85,49 @@ const (
 // never sets it.
 const EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
 
+// torchrun's names (torch.distributed.run), set for every rank beside the GEAR_*
+// contract unless it is turned off (gearrun --torch-env=false, [launch]
+// torch_env = false), so that torch.distributed.init_process_group's default
+// env:// init works in a rank that gearrun starts. See TorchEnv.
+const (
+	// EnvTorchRank is the rank's index in the world (GEAR_RANK).
+	EnvTorchRank = "RANK"
+	// EnvTorchWorldSize is the number of ranks (GEAR_WORLD_SIZE).
+	EnvTorchWorldSize = "WORLD_SIZE"
+	// EnvTorchLocalRank is the rank's index on its node (GEAR_LOCAL_RANK).
+	EnvTorchLocalRank = "LOCAL_RANK"
+	// EnvTorchLocalWorldSize is the number of ranks on the node (GEAR_LOCAL_SIZE).
+	EnvTorchLocalWorldSize = "LOCAL_WORLD_SIZE"
+	// EnvTorchGroupRank is the node's index (GEAR_NODE_RANK): torchrun's
+	// agent, one per node, leads a worker group.
+	EnvTorchGroupRank = "GROUP_RANK"
+	// EnvTorchGroupWorldSize is the number of nodes (GEAR_NUM_NODES).
+	EnvTorchGroupWorldSize = "GROUP_WORLD_SIZE"
+	// EnvTorchRoleName is the rank's role (GEAR_ROLE), "default" for an SPMD
+	// job, as torchrun names its one role.
+	EnvTorchRoleName = "ROLE_NAME"
+	// EnvTorchRoleRank is the rank's index within its role (GEAR_ROLE_RANK).
+	EnvTorchRoleRank = "ROLE_RANK"
+	// EnvTorchRoleWorldSize is the number of ranks of the rank's role.
+	EnvTorchRoleWorldSize = "ROLE_WORLD_SIZE"
+	// EnvTorchMasterAddr is the host of rank 0, where torch's TCPStore
+	// listens.
+	EnvTorchMasterAddr = "MASTER_ADDR"
+	// EnvTorchMasterPort is a free port that the launcher reserved on rank
+	// 0's host for the TCPStore: never the rendezvous coordinator's port.
+	EnvTorchMasterPort = "MASTER_PORT"
+	// EnvTorchRestartCount is how many times the job's world was restarted.
+	EnvTorchRestartCount = "TORCHELASTIC_RESTART_COUNT"
+	// EnvTorchMaxRestarts is how many restarts the job allows.
+	EnvTorchMaxRestarts = "TORCHELASTIC_MAX_RESTARTS"
+	// EnvTorchRunID is the job's ID (GEAR_JOB_ID).
+	EnvTorchRunID = "TORCHELASTIC_RUN_ID"
+	// EnvOMPNumThreads is set to 1 for ranks that share a node with others,
+	// unless the rank's environment sets it, as torchrun does, so that the
+	// ranks' thread pools do not oversubscribe the node's cores.
+	EnvOMPNumThreads = "OMP_NUM_THREADS"
+)
+
 // SLURM's names for the same facts, read when the GEAR_* ones are absent.
 const (
 	EnvSlurmProcID       = "SLURM_PROCID"

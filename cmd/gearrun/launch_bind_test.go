@@ -281,6 +281,7 @@ func TestBindDryRun(t *testing.T) {
 	}
 	want := `job job-8: 4 ranks on 1 node(s)
 rendezvous 127.0.0.1:0 (port chosen at launch), timeout 1m0s, token ****
+torch env: MASTER_ADDR=127.0.0.1 MASTER_PORT=(a free port reserved at launch)
 role actor: ranks 0
 role learner: ranks 1-3
 gpus group 1 (role learner, ranks 1-3): topology file ../../examples/topologies/a100-2x.toml

@@ -36,6 +36,7 @@ type launchFlags struct {
 	jobID       string
 	verbose     bool
 	topology    string
+	torchEnv    bool
 }
 
 // groupFlags are the flags that describe one MPMD group; they may follow each ':'.
@@ -174,6 +175,7 @@ func (l *launchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.rdzvTimeout, "rdzv-timeout", rank.DefaultRdzvTimeout, "how long the ranks may take to join, from the first arrival")
 	fs.StringVar(&l.jobID, "job-id", "", "job ID (default: a new UUID)")
 	fs.BoolVar(&l.verbose, "v", false, "log the launcher's steps on stderr")
+	fs.BoolVar(&l.torchEnv, "torch-env", true, "set torchrun's variables for every rank (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...), so that torch.distributed's env:// init works")
 	fs.StringVar(&l.topology, "topology", "", "with GPU binding: read the GPUs from this topology `FILE` instead of NVML (default $"+gmi.EnvTopology+")")
 }
 
@@ -231,6 +233,7 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 	req.JobID = lf.jobID
 	req.RdzvAddr = lf.rdzvAddr
 	req.RdzvTimeout = lf.rdzvTimeout
+	req.NoTorchEnv = !lf.torchEnv
 	if lf.json && !lf.dryRun {
 		return lf, req, errors.New("--json needs --dry-run")
 	}

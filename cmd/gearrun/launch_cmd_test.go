@@ -487,6 +487,7 @@ func TestDryRun(t *testing.T) {
 	}
 	want := `job job-7: 3 ranks on 1 node(s)
 rendezvous 127.0.0.1:0 (port chosen at launch), timeout 1m0s, token ****
+torch env: MASTER_ADDR=127.0.0.1 MASTER_PORT=(a free port reserved at launch)
 role actor: ranks 0-1
 role learner: ranks 2
 env A=1
