@@ -129,7 +129,7 @@ type Plan struct {
 	TorchEnv   bool   `json:"torch_env"`
 	MasterAddr string `json:"master_addr,omitempty"`
 	MasterPort int    `json:"master_port,omitempty"`
-	Dir         string   `json:"dir,omitempty"`
+	Dir        string `json:"dir,omitempty"`
 	// Env holds the additions every rank gets (after the contract variables).
 	Env   []string   `json:"env,omitempty"`
 	Roles []RoleSpec `json:"roles"`

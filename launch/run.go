@@ -90,12 +90,12 @@ type RankResult struct {
 
 // Result is how a job ended.
 type Result struct {
-	JobID    string       `json:"job_id"`
-	RdzvAddr string       `json:"rdzv_addr"`
+	JobID    string `json:"job_id"`
+	RdzvAddr string `json:"rdzv_addr"`
 	// MasterAddr is where rank 0 was told to serve torch's TCPStore
 	// (MASTER_ADDR:MASTER_PORT), "" without the torch contract.
-	MasterAddr string `json:"master_addr,omitempty"`
-	Ranks    []RankResult `json:"ranks"`
+	MasterAddr string       `json:"master_addr,omitempty"`
+	Ranks      []RankResult `json:"ranks"`
 	// FailedRank is the rank whose failure ended the job, or -1.
 	FailedRank int `json:"failed_rank"`
 	// Cause is the one line that says why the job failed ("" on success).
