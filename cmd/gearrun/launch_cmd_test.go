@@ -591,6 +591,30 @@ func TestVersionOf(t *testing.T) {
 	}
 }
 
+// A gearrun built in a checkout names the checkout's commit.
+func TestVersionOfACheckoutBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gearrun")
+	}
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not in a git checkout (git rev-parse HEAD: %v)", err)
+	}
+	bin := filepath.Join(t.TempDir(), "gearrun")
+	build := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -buildvcs=true: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "(module github.com/gear-rl/gear, revision " + string(head[:12])
+	if !strings.HasPrefix(string(out), "gearrun v") || !strings.Contains(string(out), want) {
+		t.Fatalf("gearrun --version printed %q, want a module version and %q", out, want)
+	}
+}
+
 func TestExitCodes(t *testing.T) {
 	t.Setenv(rank.EnvRuntimeDir, t.TempDir())
 	for _, c := range []struct {
