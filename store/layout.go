@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -296,6 +297,12 @@ func parseHeader(b []byte, size int64) (*layout, error) {
 	l, err := computeLayout(spec, ps)
 	if err != nil {
 		return nil, err
+	}
+	// A shard's header holds its spec as computeLayout encodes it, defaults
+	// filled in; any other encoding of the same spec (a block alignment of 0
+	// for the default, say) was not written by a gear shard.
+	if !bytes.Equal(l.enc, enc) {
+		return nil, fmt.Errorf("store: the header's spec encoding is not the canonical one of its spec %+v", spec)
 	}
 	if t := binary.LittleEndian.Uint64(b[offTotal:]); t != uint64(l.total) {
 		return nil, fmt.Errorf("store: header says %d bytes, layout needs %d", t, l.total)
