@@ -372,8 +372,9 @@ func IsGoPackageDir(path string) bool {
 }
 
 // Environ returns the variables that rank r gets on top of the launcher's
-// environment: the contract (GEAR_*), torchrun's variables (when TorchEnv), the
-// device binding, then the plan's and the group's additions. rdzvAddr is the coordinator's actual address.
+// environment: the contract (GEAR_*), torchrun's variables (when TorchEnv),
+// the device binding, then the plan's and the group's additions. rdzvAddr is
+// the coordinator's actual address.
 func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	s := &p.Ranks[r]
 	env := make([]string, 0, 16+len(p.Env)+len(s.Env))
@@ -424,7 +425,7 @@ func (p *Plan) inheritDefaults(r int) []string {
 	if !p.TorchEnv {
 		return nil
 	}
-	return p.torchEnv(r).Defaults()
+	return rank.TorchEnv{LocalWorldSize: p.Ranks[r].LocalSize}.Defaults()
 }
 
 // Environ returns the binding's variables as "NAME=value" entries, only
