@@ -1,7 +1,9 @@
 package rank
 
 import (
+	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -36,22 +38,23 @@ func TestTorchEnvOf(t *testing.T) {
 	}
 }
 
+// A reserved port is held (nobody else can listen on it) until release, and
+// free for rank 0 to bind afterwards.
 func TestReservePort(t *testing.T) {
 	port, release, err := ReservePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if port <= 0 {
-		t.Fatalf("port %d", port)
-	}
-	// Held: a second reservation gets another port.
-	other, release2, err := ReservePort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	release2()
-	if other == port {
-		t.Fatalf("port %d reserved twice", port)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if ln, err := net.Listen("tcp", addr); err == nil {
+		ln.Close()
+		release()
+		t.Fatalf("port %d could be bound while reserved", port)
 	}
 	release()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("port %d after release: %v", port, err)
+	}
+	ln.Close()
 }
