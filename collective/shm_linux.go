@@ -69,7 +69,12 @@ const (
 
 func align64(n int) int { return (n + frameAlign - 1) &^ (frameAlign - 1) }
 
-func shmSegmentSize(slots, ringCap int) int { return shmCtlSize + slots*(shmRingHdr+ringCap) }
+func shmSegmentSize(slots, ringCap int) int { return int(shmSegmentBytes(slots, ringCap)) }
+
+// shmSegmentBytes is shmSegmentSize in 64 bits, for budgets of many ranks.
+func shmSegmentBytes(slots, ringCap int) int64 {
+	return shmCtlSize + int64(slots)*(shmRingHdr+int64(ringCap))
+}
 
 type shmSegment struct {
 	name string

@@ -23,7 +23,8 @@ func newShmTransport(me int, peers []shmPeer, ringCap, maxPayload int, spin time
 func (t *shmTransport) attach() error {
 	return errors.New("collective: shared memory transport needs Linux")
 }
-func (t *shmTransport) unlinkOwn()    {}
-func (t *shmTransport) link(int) link { return nil }
-func (t *shmTransport) close([]byte)  {}
-func shmAvailable() bool              { return false }
+func (t *shmTransport) unlinkOwn()             {}
+func (t *shmTransport) link(int) link          { return nil }
+func (t *shmTransport) close([]byte)           {}
+func shmAvailable() bool                       { return false }
+func shmSegmentBytes(slots, ringCap int) int64 { return 0 }

@@ -45,14 +45,14 @@ func Load(path string) (*Spec, error) {
 // decoder knows them, then the field path: an unknown key is
 // "jobs: job.toml:3:1: launch.npp: unknown key".
 func Parse(data []byte, file string) (*Spec, error) {
-	s, err := decode(data, file)
+	s, raw, err := decode(data, file)
 	if err != nil {
 		return nil, err
 	}
 	if s.Name == "" && file != "" {
 		s.Name = strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
 	}
-	s.SetDefaults()
+	s.setDefaults(func(key string) bool { return given(raw, key) })
 	if err := s.Validate(); err != nil {
 		return nil, prefixFile(err, file)
 	}
@@ -61,24 +61,49 @@ func Parse(data []byte, file string) (*Spec, error) {
 
 // Decode decodes a job spec from TOML data in strict mode, without defaults or
 // validation; it is what Parse does first. Errors are as Parse's.
-func Decode(data []byte, file string) (*Spec, error) { return decode(data, file) }
+func Decode(data []byte, file string) (*Spec, error) {
+	s, _, err := decode(data, file)
+	return s, err
+}
 
-func decode(data []byte, file string) (*Spec, error) {
+// decode decodes data into a Spec, and also into the generic tree of keys the
+// document writes, which tells an explicit zero from a missing key.
+func decode(data []byte, file string) (*Spec, map[string]any, error) {
 	var s Spec
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
-		return nil, decodeError(err, data, file)
+		return nil, nil, decodeError(err, data, file)
 	}
 	// A bare integer decodes into a Duration as nanoseconds; nobody means that.
 	var raw map[string]any
 	if err := toml.Unmarshal(data, &raw); err != nil {
-		return nil, decodeError(err, data, file)
+		return nil, nil, decodeError(err, data, file)
 	}
 	if errs := checkDurations(raw, reflect.TypeFor[Spec](), ""); len(errs) > 0 {
-		return nil, prefixFile(errors.Join(errs...), file)
+		return nil, nil, prefixFile(errors.Join(errs...), file)
 	}
-	return &s, nil
+	return &s, raw, nil
+}
+
+// given reports whether the document decoded into raw writes the dotted key
+// ("launch.np"), whatever its value.
+func given(raw map[string]any, key string) bool {
+	parts := strings.Split(key, ".")
+	m := raw
+	for i, p := range parts {
+		v, ok := m[p]
+		if !ok {
+			return false
+		}
+		if i == len(parts)-1 {
+			return true
+		}
+		if m, ok = v.(map[string]any); !ok {
+			return false
+		}
+	}
+	return false
 }
 
 // where formats the location prefix "file:line:column: ", leaving out what is

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"maps"
+	"math"
 	"time"
 )
 
@@ -194,15 +195,21 @@ const (
 //
 // It also writes empty lists and tables as nil, so that a spec reads back equal
 // to itself after Marshal whether a document wrote `env = {}` or left it out.
-func (s *Spec) SetDefaults() {
+func (s *Spec) SetDefaults() { s.setDefaults(func(string) bool { return false }) }
+
+// setDefaults is SetDefaults that leaves alone the fields whose key given
+// reports as written in the document ("launch.np"), so that an explicit zero
+// reaches Validate instead of turning into the default.
+func (s *Spec) setDefaults(given func(key string) bool) {
 	s.normalize()
-	if len(s.Groups) == 0 && s.Launch.NP == 0 {
+	unset := func(key string, zero bool) bool { return zero && !given(key) }
+	if len(s.Groups) == 0 && unset("launch.np", s.Launch.NP == 0) {
 		s.Launch.NP = 1
 	}
-	if s.Launch.Grace == 0 {
+	if unset("launch.grace", s.Launch.Grace == 0) {
 		s.Launch.Grace = Duration(DefaultGrace)
 	}
-	if s.GMI.PerGPU == 0 {
+	if unset("gmi.per_gpu", s.GMI.PerGPU == 0) {
 		s.GMI.PerGPU = 1
 	}
 	if s.GMI.Backend == "" {
@@ -211,10 +218,10 @@ func (s *Spec) SetDefaults() {
 			s.GMI.Backend = BackendAuto
 		}
 	}
-	if s.Slurm.Nodes == 0 {
+	if unset("slurm.nodes", s.Slurm.Nodes == 0) {
 		s.Slurm.Nodes = 1
 	}
-	if s.Slurm.CPUsPerTask == 0 {
+	if unset("slurm.cpus_per_task", s.Slurm.CPUsPerTask == 0) {
 		s.Slurm.CPUsPerTask = 1
 	}
 	if t := s.Table; t != nil {
@@ -225,27 +232,27 @@ func (s *Spec) SetDefaults() {
 		if rl.Kind == "" {
 			rl.Kind = LimiterMinSize
 		}
-		if rl.MinSizeToSample == 0 {
+		if unset("table.rate_limiter.min_size_to_sample", rl.MinSizeToSample == 0) {
 			rl.MinSizeToSample = 1
 		}
 		switch rl.Kind {
 		case LimiterQueue:
 			defaultString(&t.Sampler, "fifo")
 			defaultString(&t.Remover, "fifo")
-			if t.MaxTimesSampled == 0 {
+			if unset("table.max_times_sampled", t.MaxTimesSampled == 0) {
 				t.MaxTimesSampled = 1
 			}
 		case LimiterStack:
 			defaultString(&t.Sampler, "lifo")
 			defaultString(&t.Remover, "lifo")
-			if t.MaxTimesSampled == 0 {
+			if unset("table.max_times_sampled", t.MaxTimesSampled == 0) {
 				t.MaxTimesSampled = 1
 			}
 		default:
 			defaultString(&t.Sampler, "uniform")
 			defaultString(&t.Remover, "fifo")
 		}
-		if t.Sampler == "prioritized" && t.PriorityExponent == 0 {
+		if t.Sampler == "prioritized" && unset("table.priority_exponent", t.PriorityExponent == 0) {
 			t.PriorityExponent = 1
 		}
 	}
@@ -341,7 +348,12 @@ func (s *Spec) WorldSize() int {
 	}
 	n := 0
 	for _, g := range s.Groups {
-		n += max(g.NP, 0)
+		if g.NP > 0 {
+			if g.NP > math.MaxInt-n {
+				return math.MaxInt // no int holds the sum; Validate refuses it
+			}
+			n += g.NP
+		}
 	}
 	return n
 }

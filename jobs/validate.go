@@ -3,8 +3,10 @@ package jobs
 import (
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -73,6 +75,13 @@ func (v *validator) spec(s *Spec) {
 		v.add("name", "%q: use letters, digits, '.', '_' and '-', starting with a letter or digit, at most 100", s.Name)
 	}
 	v.launch(&s.Launch, len(s.Groups) > 0, s.WorldSize())
+	if w := s.WorldSize(); len(s.Groups) > 1 && w > rank.MaxWorldSize {
+		total := strconv.Itoa(w)
+		if w == math.MaxInt {
+			total = "more than any int holds"
+		}
+		v.add("group", "the groups' np add up to %s, but a job has at most %d ranks (rank.MaxWorldSize); split the work into several jobs", total, rank.MaxWorldSize)
+	}
 	roles := map[string]int{}
 	for i := range s.Groups {
 		v.group(fmt.Sprintf("group[%d]", i), &s.Groups[i], roles, i)
@@ -98,6 +107,8 @@ func (v *validator) launch(l *Launch, mpmd bool, world int) {
 	} else {
 		if l.NP < 1 {
 			v.add("launch.np", "must be at least 1, got %d", l.NP)
+		} else if l.NP > rank.MaxWorldSize {
+			v.add("launch.np", "is %d, but a job has at most %d ranks (rank.MaxWorldSize); split the work into several jobs", l.NP, rank.MaxWorldSize)
 		}
 		v.command("launch.command", l.Command)
 		if l.GPUsPerRank < 0 {
@@ -110,6 +121,8 @@ func (v *validator) launch(l *Launch, mpmd bool, world int) {
 	}
 	if l.Grace < 0 {
 		v.add("launch.grace", "must not be negative, got %s", l.Grace)
+	} else if l.Grace == 0 {
+		v.add("launch.grace", "must be positive, got %s (leave it out for the default, %s)", l.Grace, DefaultGrace)
 	}
 	if l.RdzvTimeout < 0 {
 		v.add("launch.rdzv_timeout", "must not be negative, got %s", l.RdzvTimeout)
@@ -156,6 +169,9 @@ func (v *validator) group(field string, g *Group, roles map[string]int, i int) {
 		} else {
 			roles[g.Role] = i
 		}
+	}
+	if g.NP > rank.MaxWorldSize {
+		v.add(field+".np", "is %d, but a job has at most %d ranks (rank.MaxWorldSize)", g.NP, rank.MaxWorldSize)
 	}
 	if g.NP < 1 {
 		v.add(field+".np", "must be at least 1, got %d", g.NP)

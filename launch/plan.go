@@ -215,7 +215,10 @@ func NewPlan(req Request) (*Plan, error) {
 	if p.RdzvAddr == "" {
 		p.RdzvAddr = "127.0.0.1:0"
 	}
-	if p.RdzvTimeout <= 0 {
+	if req.RdzvTimeout < 0 {
+		return nil, fmt.Errorf("launch: rendezvous timeout %v: must not be negative (0 means the default, %v)", req.RdzvTimeout, rank.DefaultRdzvTimeout)
+	}
+	if p.RdzvTimeout == 0 {
 		p.RdzvTimeout = Duration(rank.DefaultRdzvTimeout)
 	}
 	if !req.NoTorchEnv {
@@ -245,6 +248,9 @@ func NewPlan(req Request) (*Plan, error) {
 		}
 		if strings.ContainsAny(roles[i], "=\n\x00") {
 			return nil, fmt.Errorf("launch: group %d: role %q: must not contain '=', newline or NUL", i, roles[i])
+		}
+		if g.NP > rank.MaxWorldSize-size {
+			return nil, tooManyRanks(req.Groups, i)
 		}
 		size += g.NP
 	}
@@ -294,6 +300,20 @@ func NewPlan(req Request) (*Plan, error) {
 		}
 	}
 	return p, nil
+}
+
+// tooManyRanks is the error for a job whose groups 0 to last add up to more than
+// rank.MaxWorldSize ranks.
+func tooManyRanks(groups []Group, last int) error {
+	if last == 0 {
+		return fmt.Errorf("launch: -np %d: a job has at most %d ranks (rank.MaxWorldSize); split the work into several jobs", groups[0].NP, rank.MaxWorldSize)
+	}
+	nps := make([]string, last+1)
+	for i := range nps {
+		nps[i] = strconv.Itoa(groups[i].NP)
+	}
+	return fmt.Errorf("launch: group %d: -np %d: the groups' ranks (%s) add up to more than the %d a job may have (rank.MaxWorldSize); split the work into several jobs",
+		last, groups[last].NP, strings.Join(nps, " + "), rank.MaxWorldSize)
 }
 
 // groupRoles names each group's role (see Group.Role).

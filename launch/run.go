@@ -76,6 +76,9 @@ type Options struct {
 	ShmDir string
 	// OnStart, if set, is called as each rank starts.
 	OnStart func(rank, pid int)
+	// Limits are the machine's limits that Run checks the plan against before
+	// it starts anything (CheckHost); nil reads them (ReadHostLimits on ShmDir).
+	Limits *HostLimits
 }
 
 // RankResult is how one rank ended.
@@ -180,7 +183,13 @@ func newJob(p *Plan, opts Options) (*job, error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	if opts.Grace <= 0 {
+	if opts.Timeout < 0 {
+		return nil, fmt.Errorf("launch: timeout %v: must not be negative (0 means none)", opts.Timeout)
+	}
+	if opts.Grace < 0 {
+		return nil, fmt.Errorf("launch: grace %v: must not be negative (0 means the default, %v)", opts.Grace, DefaultGrace)
+	}
+	if opts.Grace == 0 {
 		opts.Grace = DefaultGrace
 	}
 	if opts.Drain <= 0 {
@@ -226,6 +235,15 @@ func newJob(p *Plan, opts Options) (*job, error) {
 
 func (j *job) run(ctx context.Context) (res *Result, err error) {
 	p := j.plan
+	j.cleanStale()
+	lim := j.opts.Limits
+	if lim == nil {
+		l := ReadHostLimits(j.opts.ShmDir)
+		lim = &l
+	}
+	if err := CheckHost(p, *lim, j.opts.BaseEnv); err != nil {
+		return j.setupFailed(err)
+	}
 	lock, err := rank.LockJob(j.opts.RuntimeDir, p.JobID, true)
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
@@ -301,6 +319,19 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 		return res, &JobError{Cause: j.cause, Code: j.code, Announced: j.announced}
 	}
 	return res, nil
+}
+
+// cleanStale removes what jobs that ended without cleaning up left behind (see
+// CleanStale) and says what it freed.
+func (j *job) cleanStale() {
+	got, err := CleanStale(j.opts.ShmDir, j.opts.RuntimeDir)
+	if len(got.Segments) > 0 {
+		j.stderr.write([]byte(fmt.Sprintf("%s: removed %d shared-memory segments (%s) left by ended jobs %s\n",
+			j.opts.Name, len(got.Segments), FormatBytes(got.Bytes), strings.Join(got.Jobs, ", "))))
+	}
+	if err != nil {
+		j.log.Warn("launch: cleaning up after ended jobs", "err", err)
+	}
 }
 
 func (j *job) setupFailed(err error) (*Result, error) {

@@ -3,9 +3,12 @@ package rank
 import (
 	"bufio"
 	"crypto/hmac"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 )
@@ -22,9 +25,16 @@ type CoordinatorConfig struct {
 	// DefaultRdzvTimeout.
 	Timeout time.Duration
 	// HandshakeTimeout bounds how long a new connection may take to prove the
-	// token; 0 means 10s.
+	// token and join; 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
-	// Logger receives refused connections and lost ranks; nil discards.
+	// MaxPending caps the connections that have not yet proven the token; one
+	// over the cap is refused at once ("busy", which a rank answers by dialing
+	// again). 0 means DefaultMaxPending plus the world's size, so that every
+	// rank can be connecting at once.
+	MaxPending int
+	// Logger receives refused connections (at Warn, with the peer's address
+	// and the reason, at most refusalLogBurst a second) and lost ranks; nil
+	// discards.
 	Logger *slog.Logger
 	// OnFail, if set, is called once, from a coordinator goroutine, when the world
 	// cannot assemble. err is a *RendezvousError.
@@ -44,6 +54,14 @@ type CoordinatorConfig struct {
 // of the rank's exit (CoordinatorConfig.ExitReports).
 const ExitReportWait = 100 * time.Millisecond
 
+// DefaultHandshakeTimeout bounds how long a new connection may take to prove the
+// token and join: a rank sends both as soon as it sees the hello.
+const DefaultHandshakeTimeout = 3 * time.Second
+
+// DefaultMaxPending is how many connections beyond the world's size may be
+// proving the token at once.
+const DefaultMaxPending = 64
+
 // Coordinator runs the rendezvous of one job: ranks connect, prove the job token,
 // join, and receive the world table once all have joined; then it carries their
 // key-value exchange, barriers and the news of lost ranks. The launcher runs one
@@ -54,9 +72,12 @@ type Coordinator struct {
 	log *slog.Logger
 	wg  sync.WaitGroup
 
+	refusals refusalLog
+
 	mu        sync.Mutex
 	closed    bool
 	conns     map[*coordConn]struct{}
+	pending   int // connections that have not proven the token
 	ranks     []rankState
 	joinedN   int
 	peers     []Peer
@@ -104,7 +125,10 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 		cfg.Timeout = DefaultRdzvTimeout
 	}
 	if cfg.HandshakeTimeout <= 0 {
-		cfg.HandshakeTimeout = 10 * time.Second
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.MaxPending <= 0 {
+		cfg.MaxPending = DefaultMaxPending + cfg.Size
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -118,6 +142,7 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 		cfg:      cfg,
 		ln:       ln,
 		log:      log,
+		refusals: refusalLog{log: log},
 		conns:    make(map[*coordConn]struct{}),
 		ranks:    make([]rankState, cfg.Size),
 		peers:    make([]Peer, cfg.Size),
@@ -153,6 +178,7 @@ func (c *Coordinator) Close() error {
 		}
 	})
 	c.wg.Wait()
+	c.refusals.flush()
 	return nil
 }
 
@@ -188,38 +214,69 @@ func run(fns []func()) {
 
 func (c *Coordinator) accept() {
 	defer c.wg.Done()
+	backoff := time.Duration(0)
 	for {
 		nc, err := c.ln.Accept()
 		if err != nil {
-			return
+			c.mu.Lock()
+			closed := c.closed
+			c.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of descriptors, say: keep serving the ranks that joined, and
+			// try again in a while.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			c.refusals.warn("", "cannot accept connections: "+err.Error())
+			time.Sleep(backoff)
+			continue
 		}
+		backoff = 0
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}
-		cc := newCoordConn(nc)
-		c.mu.Lock()
-		if c.closed {
-			c.mu.Unlock()
-			nc.Close()
-			continue
-		}
-		c.conns[cc] = struct{}{}
-		c.wg.Add(2)
-		c.mu.Unlock()
-		go func() { defer c.wg.Done(); cc.writeLoop() }()
-		go func() { defer c.wg.Done(); c.serve(cc) }()
+		c.admit(nc)
 	}
+}
+
+// admit serves a new connection, unless too many are proving the token.
+func (c *Coordinator) admit(nc net.Conn) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if c.pending >= c.cfg.MaxPending {
+		c.mu.Unlock()
+		c.refusals.warn(nc.RemoteAddr().String(), fmt.Sprintf("too many connections proving the token (%d)", c.cfg.MaxPending))
+		// A few bytes into an empty send buffer: the write does not block.
+		nc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		nc.Write(frame(msgRefuse, func(e *enc) { e.str(busyRefusal) }))
+		nc.Close()
+		return
+	}
+	c.pending++
+	cc := newCoordConn(nc)
+	c.conns[cc] = struct{}{}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() { defer c.wg.Done(); c.serve(cc) }()
 }
 
 // serve runs one connection: handshake, join, then requests until it ends.
 func (c *Coordinator) serve(cc *coordConn) {
 	rank := -1
+	proven := false
 	defer func() {
 		cc.close()
 		var post []func()
 		const reason = "its connection to the coordinator closed"
 		c.mu.Lock()
 		delete(c.conns, cc)
+		if !proven {
+			c.pending--
+		}
 		if rank >= 0 && c.ranks[rank].conn == cc && c.ranks[rank].phase == phaseJoined {
 			if c.cfg.ExitReports && !c.closed {
 				c.wg.Add(1)
@@ -247,35 +304,45 @@ func (c *Coordinator) serve(cc *coordConn) {
 	e.raw([]byte(wireMagic))
 	e.raw(nonce[:])
 	if err := writeFrame(cc.w, msgHello, e.b); err != nil {
+		c.refusals.warn(remote, "writing the hello: "+err.Error())
 		return
 	}
-	typ, payload, err := readFrame(cc.r, nil)
+	auth, err := readAuth(cc.r)
 	if err != nil {
-		c.log.Info("rank: coordinator: connection ended before joining", "remote", remote, "err", err)
+		c.refusals.warn(remote, handshakeFailure("auth", err))
 		return
 	}
-	if typ != msgJoin {
-		c.log.Warn("rank: coordinator: refused connection: first message is not a join", "remote", remote, "type", typ)
-		return
-	}
-	join, err := decodeJoin(payload)
-	if err != nil {
-		c.log.Warn("rank: coordinator: refused connection: malformed join", "remote", remote, "err", err)
-		return
-	}
-	want := clientProof(c.cfg.Token, nonce[:], join.Nonce[:], join.JobID, join.Peer.Rank)
-	if !hmac.Equal(join.Proof, want) {
-		c.log.Warn("rank: coordinator: refused connection: job token proof does not match", "remote", remote, "claimed_rank", join.Peer.Rank)
+	want := clientProof(c.cfg.Token, nonce[:], auth.Nonce[:], c.cfg.JobID, int(auth.Rank))
+	if !hmac.Equal(auth.Proof[:], want) {
+		c.refusals.warn(remote, fmt.Sprintf("the job token proof of a claimed rank %d does not match (another job's rank, or a wrong token)", auth.Rank))
 		c.refuse(cc, "job token refused")
 		return
 	}
-	if join.JobID != c.cfg.JobID {
-		c.log.Warn("rank: coordinator: refused connection: wrong job", "remote", remote, "job", join.JobID)
-		c.refuse(cc, fmt.Sprintf("job %q is not this coordinator's job", join.JobID))
+	c.mu.Lock()
+	c.pending--
+	proven = true
+	c.mu.Unlock()
+	typ, payload, err := readFrameMax(cc.r, nil, maxJoinFrame)
+	if err != nil {
+		c.refusals.warn(remote, handshakeFailure("join", err))
+		return
+	}
+	if typ != msgJoin {
+		c.refusals.warn(remote, fmt.Sprintf("message of type %d where a join belongs", typ))
+		return
+	}
+	join, err := decodeJoin(payload)
+	if err == nil && (join.Peer.Rank != int(auth.Rank) || join.JobID != c.cfg.JobID) {
+		err = fmt.Errorf("rank %d of job %q joins on a proof for rank %d of job %q", join.Peer.Rank, join.JobID, auth.Rank, c.cfg.JobID)
+	}
+	if err != nil {
+		c.refusals.warn(remote, "malformed join: "+err.Error())
+		c.refuse(cc, "malformed join: "+err.Error())
 		return
 	}
 	cc.nc.SetDeadline(time.Time{})
-	post, ok := c.join(cc, join, nonce[:], remote)
+	cc.startWriter(&c.wg)
+	post, ok := c.join(cc, join, nonce[:], auth.Nonce[:], remote)
 	run(post)
 	if !ok {
 		return
@@ -283,8 +350,11 @@ func (c *Coordinator) serve(cc *coordConn) {
 	rank = join.Peer.Rank
 	buf := make([]byte, 0, 512)
 	for {
-		typ, payload, err := readFrame(cc.r, buf)
+		typ, payload, err := readFrameMax(cc.r, buf, maxRequestFrame)
 		if err != nil {
+			if errors.Is(err, errFrameTooLarge) {
+				c.log.Warn("rank: coordinator: dropped rank's connection", "rank", rank, "remote", remote, "err", err)
+			}
 			return
 		}
 		if cap(payload) > cap(buf) {
@@ -296,6 +366,21 @@ func (c *Coordinator) serve(cc *coordConn) {
 	}
 }
 
+// handshakeFailure says why reading the handshake's message what failed.
+func handshakeFailure(what string, err error) string {
+	var bad *errBadAuth
+	switch {
+	case errors.As(err, &bad):
+		return bad.reason
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "no " + what + " within the handshake deadline"
+	case errors.Is(err, io.EOF):
+		return "closed before sending its " + what
+	}
+	return "reading its " + what + ": " + err.Error()
+}
+
+// refuse tells a connection that has no writer yet why it is dropped.
 func (c *Coordinator) refuse(cc *coordConn, msg string) {
 	var e enc
 	e.str(msg)
@@ -303,7 +388,7 @@ func (c *Coordinator) refuse(cc *coordConn, msg string) {
 }
 
 // join admits a rank whose token proof checked out.
-func (c *Coordinator) join(cc *coordConn, m joinMsg, nonce []byte, remote string) (post []func(), ok bool) {
+func (c *Coordinator) join(cc *coordConn, m joinMsg, nonce, clientNonce []byte, remote string) (post []func(), ok bool) {
 	r := m.Peer.Rank
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -321,7 +406,7 @@ func (c *Coordinator) join(cc *coordConn, m joinMsg, nonce []byte, remote string
 		cc.send(frame(msgRefuse, func(e *enc) { e.str(refusal) }))
 		return nil, false
 	}
-	proof := serverProof(c.cfg.Token, nonce, m.Nonce[:])
+	proof := serverProof(c.cfg.Token, nonce, clientNonce)
 	cc.send(frame(msgWelcome, func(e *enc) { e.bytes(proof) }))
 	if c.failed != nil {
 		cc.send(failFrame(c.failed))
@@ -524,11 +609,12 @@ type coordConn struct {
 	r  *bufio.Reader
 	w  *bufio.Writer // used by serve before writeLoop takes over (handshake only)
 
-	mu     sync.Mutex
-	queue  [][]byte
-	wake   chan struct{}
-	done   chan struct{}
-	closed bool
+	mu      sync.Mutex
+	queue   [][]byte
+	wake    chan struct{}
+	done    chan struct{}
+	closed  bool
+	writing bool // writeLoop runs and closes nc
 }
 
 func newCoordConn(nc net.Conn) *coordConn {
@@ -553,13 +639,31 @@ func (cc *coordConn) send(f []byte) {
 	}
 }
 
+// close ends the connection: its writer sends what is queued and closes it,
+// or, before the writer started, it is closed at once.
 func (cc *coordConn) close() {
 	cc.mu.Lock()
 	if !cc.closed {
 		cc.closed = true
 		close(cc.done)
+		if !cc.writing {
+			cc.nc.Close()
+		}
 	}
 	cc.mu.Unlock()
+}
+
+// startWriter starts the goroutine that writes what send queues; until then
+// serve writes the handshake itself.
+func (cc *coordConn) startWriter(wg *sync.WaitGroup) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.closed {
+		return
+	}
+	cc.writing = true
+	wg.Add(1)
+	go func() { defer wg.Done(); cc.writeLoop() }()
 }
 
 func (cc *coordConn) writeLoop() {

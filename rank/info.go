@@ -25,6 +25,11 @@ const (
 // the first rank's arrival, when GEAR_RDZV_TIMEOUT does not say.
 const DefaultRdzvTimeout = 60 * time.Second
 
+// MaxWorldSize is the most ranks one job may have. A launcher refuses larger
+// jobs before it starts anything, and a rank refuses a GEAR_WORLD_SIZE above
+// it; jobs of more ranks are better split into several jobs.
+const MaxWorldSize = 1 << 16
+
 // SlurmRdzvPortBase is the first port of the range [base, base+1000) from which a
 // SLURM job without GEAR_RDZV_ADDR picks its coordinator's port (by job ID).
 const SlurmRdzvPortBase = 29500
@@ -174,6 +179,9 @@ func (i Info) validate() error {
 	}[i.Source]
 	if i.Size < 1 {
 		return fmt.Errorf("rank: world size %d: want at least 1", i.Size)
+	}
+	if i.Size > MaxWorldSize {
+		return fmt.Errorf("rank: world size %d: a job has at most %d ranks (rank.MaxWorldSize)", i.Size, MaxWorldSize)
 	}
 	for _, err := range []error{
 		check(names[0], i.Rank, 0, i.Size),

@@ -15,14 +15,22 @@ import (
 // Payload fields are unsigned varints, and byte strings written as a varint length
 // followed by the bytes. The exchange on a new connection is:
 //
-//	coordinator -> rank   hello    magic, 32-byte server nonce
-//	rank -> coordinator   join     32-byte client nonce, HMAC proof, the rank's facts
+//	coordinator -> rank   hello    magic, 32-byte server nonce   (or refuse "busy")
+//	rank -> coordinator   auth     fixed size: 32-byte client nonce, rank (uint32
+//	                               big-endian), 32-byte HMAC proof of the token
+//	rank -> coordinator   join     the rank's facts (at most maxJoinFrame bytes)
 //	coordinator -> rank   welcome  the coordinator's HMAC proof   (or refuse + close)
 //	coordinator -> rank   world    the table of all ranks, once every rank joined
 //	                               (or fail, naming the ranks that never arrived)
 //
 // after which the rank sends set, get, wait, barrier and bye, and the coordinator
 // answers ok, err, value and barrierDone, and announces lost ranks.
+//
+// Neither side allocates more than a small fixed amount for a peer that has not
+// proven the token: the coordinator reads the auth frame, whose size is fixed,
+// into a buffer of its own before anything else, and a rank reads the hello and
+// the welcome with small limits. Every later frame is checked against the
+// largest message of its kind (a set's value, the world table).
 
 // Message types.
 const (
@@ -42,6 +50,7 @@ const (
 	msgBarrierDone byte = 14
 	msgLost        byte = 15
 	msgBye         byte = 16
+	msgAuth        byte = 17
 )
 
 // wireMagic opens the coordinator's hello; a rank that sees anything else is
@@ -50,14 +59,30 @@ const wireMagic = "GEARRDZV1"
 
 // Limits that keep a hostile or broken peer from making the other side allocate.
 const (
-	maxFrame    = 16 << 20
+	maxFrame    = 16 << 20 // the world table of rank.MaxWorldSize ranks fits
 	maxValue    = 1 << 20
 	maxKey      = 1 << 10
 	nonceSize   = 32
+	proofSize   = 32 // HMAC-SHA256
 	maxEndpoint = 64
+	// authSize is the auth frame's payload; authFrame its whole frame.
+	authSize  = nonceSize + 4 + proofSize
+	authFrame = 4 + 1 + authSize
+	// maxJoinFrame bounds a join: a rank's facts and its endpoints.
+	maxJoinFrame = 64 << 10
+	// maxRequestFrame bounds what a joined rank sends: a set of the largest
+	// value under the longest key.
+	maxRequestFrame = maxValue + maxKey + 64
+	// maxHandshakeFrame bounds what a rank reads before the coordinator proved
+	// the token: the hello, a refusal, the welcome.
+	maxHandshakeFrame = 4 << 10
 )
 
 var errFrameTooLarge = errors.New("rank: frame too large")
+
+// busyRefusal is the refusal a coordinator sends instead of its hello when it
+// holds as many unproven connections as it takes; a rank dials again.
+const busyRefusal = "busy: too many connections are proving the token; try again"
 
 // writeFrame writes one frame. The caller serialises writers.
 func writeFrame(w *bufio.Writer, typ byte, payload []byte) error {
@@ -73,15 +98,22 @@ func writeFrame(w *bufio.Writer, typ byte, payload []byte) error {
 	return w.Flush()
 }
 
-// readFrame reads one frame; buf is reused when it is large enough.
+// readFrame reads one frame of at most maxFrame bytes; buf is reused when it is
+// large enough.
 func readFrame(r *bufio.Reader, buf []byte) (typ byte, payload []byte, err error) {
+	return readFrameMax(r, buf, maxFrame)
+}
+
+// readFrameMax reads one frame of at most limit bytes (type and payload); a
+// longer one is refused before anything is allocated for it.
+func readFrameMax(r io.Reader, buf []byte, limit int) (typ byte, payload []byte, err error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return 0, nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n == 0 || n > maxFrame {
-		return 0, nil, fmt.Errorf("%w: %d bytes", errFrameTooLarge, n)
+	if n == 0 || n > uint32(limit) {
+		return 0, nil, fmt.Errorf("%w: %d bytes, over the limit of %d", errFrameTooLarge, n, limit)
 	}
 	if cap(buf) < int(n) {
 		buf = make([]byte, n)
@@ -191,12 +223,68 @@ func (d *dec) ints(count, limit int) []int {
 }
 
 // maxRanks bounds a world's size on the wire.
-const maxRanks = 1 << 20
+const maxRanks = MaxWorldSize
+
+// authMsg proves that a rank knows the job token: the first thing a rank
+// sends, of a fixed size.
+type authMsg struct {
+	Nonce [nonceSize]byte
+	Rank  uint32
+	Proof [proofSize]byte
+}
+
+// frame returns the whole auth frame.
+func (m *authMsg) frame() []byte {
+	b := make([]byte, 0, authFrame)
+	b = binary.BigEndian.AppendUint32(b, 1+authSize)
+	b = append(b, msgAuth)
+	b = append(b, m.Nonce[:]...)
+	b = binary.BigEndian.AppendUint32(b, m.Rank)
+	return append(b, m.Proof[:]...)
+}
+
+// errBadAuth says what was wrong with a connection's first frame.
+type errBadAuth struct{ reason string }
+
+func (e *errBadAuth) Error() string { return e.reason }
+
+// readAuth reads the auth frame into a fixed buffer: anything of another size
+// or type is refused before any allocation.
+func readAuth(r io.Reader) (authMsg, error) {
+	var b [authFrame]byte
+	if _, err := io.ReadFull(r, b[:4]); err != nil {
+		return authMsg{}, err
+	}
+	if n := binary.BigEndian.Uint32(b[:4]); n != 1+authSize {
+		return authMsg{}, &errBadAuth{fmt.Sprintf("first frame announces %d bytes; an auth frame has %d", n, 1+authSize)}
+	}
+	if _, err := io.ReadFull(r, b[4:]); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return authMsg{}, err
+	}
+	return decodeAuth(b[:])
+}
+
+// decodeAuth decodes a whole auth frame.
+func decodeAuth(b []byte) (authMsg, error) {
+	var m authMsg
+	if len(b) != authFrame || binary.BigEndian.Uint32(b[:4]) != 1+authSize {
+		return m, &errBadAuth{fmt.Sprintf("auth frame of %d bytes, want %d", len(b), authFrame)}
+	}
+	if b[4] != msgAuth {
+		return m, &errBadAuth{fmt.Sprintf("first message is of type %d, not auth", b[4])}
+	}
+	p := b[5:]
+	copy(m.Nonce[:], p[:nonceSize])
+	m.Rank = binary.BigEndian.Uint32(p[nonceSize:])
+	copy(m.Proof[:], p[nonceSize+4:])
+	return m, nil
+}
 
 // joinMsg is what a rank says about itself when it joins.
 type joinMsg struct {
-	Nonce [nonceSize]byte
-	Proof []byte
 	JobID string
 	Peer  Peer
 	Size  int
@@ -204,8 +292,6 @@ type joinMsg struct {
 
 func (m *joinMsg) encode() []byte {
 	var e enc
-	e.raw(m.Nonce[:])
-	e.bytes(m.Proof)
 	e.str(m.JobID)
 	e.int(m.Size)
 	encodePeer(&e, &m.Peer)
@@ -215,8 +301,6 @@ func (m *joinMsg) encode() []byte {
 func decodeJoin(p []byte) (joinMsg, error) {
 	d := dec{b: p}
 	var m joinMsg
-	copy(m.Nonce[:], d.raw(nonceSize))
-	m.Proof = d.bytes(64)
 	m.JobID = d.str(256)
 	m.Size = d.int(maxRanks)
 	m.Peer = decodePeer(&d)

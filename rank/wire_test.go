@@ -8,7 +8,7 @@ import (
 )
 
 func TestJoinRoundTrip(t *testing.T) {
-	m := joinMsg{Nonce: newNonce(), Proof: []byte("proof"), JobID: "j", Size: 9,
+	m := joinMsg{JobID: "j", Size: 9,
 		Peer: Peer{Rank: 3, LocalRank: 1, LocalSize: 4, Node: 1, NumNodes: 2, Role: "actor",
 			RoleRank: 2, Host: "h/1", PID: 42, Endpoints: map[string]string{"tcp": "127.0.0.1:9", "shm": "gear.j.x"}}}
 	got, err := decodeJoin(m.encode())
@@ -42,7 +42,7 @@ func TestFrameRoundTrip(t *testing.T) {
 // FuzzDecode feeds arbitrary payloads to every decoder: they must fail cleanly,
 // never panic or allocate without bound.
 func FuzzDecode(f *testing.F) {
-	m := joinMsg{Nonce: newNonce(), Proof: []byte("p"), JobID: "j", Size: 2, Peer: Peer{Rank: 1, Host: "h"}}
+	m := joinMsg{JobID: "j", Size: 2, Peer: Peer{Rank: 1, Host: "h"}}
 	f.Add(m.encode())
 	f.Add(encodeWorld([]Peer{{Rank: 0, Host: "a"}, {Rank: 1, Host: "b", Endpoints: map[string]string{"k": "v"}}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})

@@ -213,7 +213,10 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 			return lf, req, fmt.Errorf("group %d: no program (usage: gearrun -np N PROGRAM [ARGS...])", i)
 		}
 		if g.np < 1 {
-			return lf, req, fmt.Errorf("group %d (%s): -np N is required and must be at least 1", i, prog[0])
+			return lf, req, fmt.Errorf("group %d (%s): -np %d: -np N is required and must be at least 1", i, prog[0], g.np)
+		}
+		if g.np > rank.MaxWorldSize {
+			return lf, req, fmt.Errorf("group %d (%s): -np %d: a job has at most %d ranks (rank.MaxWorldSize); split the work into several jobs", i, prog[0], g.np, rank.MaxWorldSize)
 		}
 		if err := g.bind.check(); err != nil {
 			return lf, req, fmt.Errorf("group %d (%s): %w", i, prog[0], err)
@@ -229,6 +232,15 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 			group.Env = g.env
 		}
 		req.Groups = append(req.Groups, group)
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+		zero string
+	}{{"timeout", lf.timeout, "0 means none"}, {"grace", lf.grace, "0 means the default, " + launch.DefaultGrace.String()}, {"rdzv-timeout", lf.rdzvTimeout, "0 means the default, " + rank.DefaultRdzvTimeout.String()}} {
+		if d.v < 0 {
+			return lf, req, fmt.Errorf("--%s %v: must not be negative (%s)", d.flag, d.v, d.zero)
+		}
 	}
 	req.JobID = lf.jobID
 	req.RdzvAddr = lf.rdzvAddr

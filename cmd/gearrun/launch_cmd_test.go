@@ -124,6 +124,24 @@ func helper(mode string) int {
 		}
 		fmt.Printf("rank %d of %d passed the barrier\n", r, size)
 		return 0
+	case "rdzvwait":
+		// Join, say so, wait for the test's go-ahead, then pass a barrier.
+		w, err := rank.Init(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "init:", err)
+			return 1
+		}
+		defer w.Close()
+		writeFile(dir, fmt.Sprintf("pid.%d", r), os.Getpid())
+		for !exists(filepath.Join(dir, "go")) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := w.Barrier(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "barrier:", err)
+			return 1
+		}
+		fmt.Printf("rank %d of %d passed the barrier\n", r, size)
+		return 0
 	case "stdin":
 		io.Copy(os.Stdout, os.Stdin)
 		return 0
