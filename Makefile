@@ -43,6 +43,9 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzParse$$' ./jobs
 	$(FUZZ) -fuzz='^FuzzParseHostlist$$' ./rank
 	$(FUZZ) -fuzz='^FuzzDecode$$' ./rank
+	$(FUZZ) -fuzz='^FuzzAuth$$' ./rank
+	$(FUZZ) -fuzz='^FuzzReadFrame$$' ./rank
+	$(FUZZ) -fuzz='^FuzzCoordinatorHandshake$$' ./rank
 	$(FUZZ) -fuzz='^FuzzParseMapping$$' ./gmi
 	$(FUZZ) -fuzz='^FuzzParseTopology$$' ./gmi
 	$(FUZZ) -fuzz='^FuzzParseHeader$$' ./store

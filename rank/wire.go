@@ -59,7 +59,7 @@ const wireMagic = "GEARRDZV1"
 
 // Limits that keep a hostile or broken peer from making the other side allocate.
 const (
-	maxFrame    = 16 << 20 // the world table of rank.MaxWorldSize ranks fits
+	maxFrame    = 64 << 20 // the world table of rank.MaxWorldSize ranks fits
 	maxValue    = 1 << 20
 	maxKey      = 1 << 10
 	nonceSize   = 32
@@ -80,6 +80,12 @@ const (
 
 var errFrameTooLarge = errors.New("rank: frame too large")
 
+// worldFrameLimit bounds the world table of size ranks: each rank's entry is
+// at most what its join held.
+func worldFrameLimit(size int) int {
+	return min(maxFrame, 64+size*maxJoinFrame)
+}
+
 // busyRefusal is the refusal a coordinator sends instead of its hello when it
 // holds as many unproven connections as it takes; a rank dials again.
 const busyRefusal = "busy: too many connections are proving the token; try again"
@@ -96,12 +102,6 @@ func writeFrame(w *bufio.Writer, typ byte, payload []byte) error {
 		return err
 	}
 	return w.Flush()
-}
-
-// readFrame reads one frame of at most maxFrame bytes; buf is reused when it is
-// large enough.
-func readFrame(r *bufio.Reader, buf []byte) (typ byte, payload []byte, err error) {
-	return readFrameMax(r, buf, maxFrame)
 }
 
 // readFrameMax reads one frame of at most limit bytes (type and payload); a

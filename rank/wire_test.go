@@ -29,12 +29,12 @@ func TestFrameRoundTrip(t *testing.T) {
 	if !bytes.Equal(b.Bytes(), frame(msgSet, func(e *enc) { e.raw([]byte("payload")) })) {
 		t.Fatal("writeFrame and frame disagree")
 	}
-	typ, p, err := readFrame(bufio.NewReader(&b), nil)
+	typ, p, err := readFrameMax(bufio.NewReader(&b), nil, maxFrame)
 	if err != nil || typ != msgSet || string(p) != "payload" {
 		t.Fatalf("readFrame = %d %q %v", typ, p, err)
 	}
 	huge := []byte{0xff, 0xff, 0xff, 0xff, 1}
-	if _, _, err := readFrame(bufio.NewReader(bytes.NewReader(huge)), nil); err == nil {
+	if _, _, err := readFrameMax(bufio.NewReader(bytes.NewReader(huge)), nil, maxFrame); err == nil {
 		t.Fatal("oversized frame accepted")
 	}
 }

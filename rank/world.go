@@ -348,7 +348,7 @@ func (w *World) awaitWorld(ctx context.Context) ([]Peer, error) {
 	nc, r := w.conn, w.reader
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	typ, p, err := readFrame(r, nil)
+	typ, p, err := readFrameMax(r, nil, worldFrameLimit(info.Size))
 	if err != nil {
 		return nil, w.ctxErr(ctx, err, fmt.Sprintf("waiting for the other %d ranks", info.Size-1))
 	}
@@ -752,7 +752,7 @@ func (w *World) readLoop() {
 	defer w.wg.Done()
 	buf := make([]byte, 0, 512)
 	for {
-		typ, p, err := readFrame(w.reader, buf)
+		typ, p, err := readFrameMax(w.reader, buf, maxRequestFrame)
 		if err != nil {
 			w.fail(fmt.Errorf("%w: %v", ErrCoordinatorGone, err))
 			return
