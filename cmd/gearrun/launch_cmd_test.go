@@ -24,6 +24,7 @@ import (
 	"github.com/gear-rl/gear/internal/geartest"
 	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/store"
 
 	"go.uber.org/goleak"
 )
@@ -124,6 +125,19 @@ func helper(mode string) int {
 		}
 		fmt.Printf("rank %d of %d passed the barrier\n", r, size)
 		return 0
+	case "shardhold":
+		// Create this rank's replay shard in shared memory, as a trainer does,
+		// then hold.
+		spec := store.Spec{Capacity: 64, Columns: []store.Column{{Name: "obs", DType: store.Float32, Shape: []int{1024}, Length: 1}}}
+		name := rank.SegmentName(os.Getenv(rank.EnvJobID), fmt.Sprintf("store.%d", r))
+		sh, err := store.Create(name, spec)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "shard:", err)
+			return 1
+		}
+		_ = sh
+		writeFile(dir, fmt.Sprintf("pid.%d", r), os.Getpid())
+		select {}
 	case "rdzvwait":
 		// Join, say so, wait for the test's go-ahead, then pass a barrier.
 		w, err := rank.Init(context.Background())

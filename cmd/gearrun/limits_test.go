@@ -212,26 +212,36 @@ func childrenOf(pid int) []int {
 }
 
 // TestStaleSegmentsRemovedAtStart kills a launcher and its guard together, as
-// an OOM killer or a kill -9 of the process group would, so that the job's
-// segments stay behind; the next gearrun removes them, says so, and runs.
+// an OOM killer or a kill -9 of the process group would, while its ranks hold
+// their replay shards in shared memory; the segments stay behind. The next
+// gearrun removes them, says so, and runs its own job.
 func TestStaleSegmentsRemovedAtStart(t *testing.T) {
 	dir, rt := t.TempDir(), t.TempDir()
 	job := fmt.Sprintf("stale-%d", os.Getpid())
-	cmd := gearrunCmd(t, "hold", []string{envDir + "=" + dir}, "--job-id", job, "-np", "2")
+	cmd := gearrunCmd(t, "shardhold", []string{envDir + "=" + dir}, "--job-id", job, "-np", "2")
 	cmd.Env = append(cmd.Env, rank.EnvRuntimeDir+"="+rt)
+	var firstErr geartest.Buffer
+	cmd.Stderr = &firstErr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pids := waitForFiles(t, dir, 4, 15*time.Second)
-	// What the ranks' communicators would have made.
-	var segs []string
-	for _, what := range []string{"coll.r0", "coll.r1"} {
-		seg := filepath.Join("/dev/shm", rank.SegmentName(job, what))
-		if err := os.WriteFile(seg, make([]byte, 1<<20), 0o600); err != nil {
-			t.Fatal(err)
+	pids := waitForFiles(t, dir, 2, 15*time.Second)
+	pattern := filepath.Join("/dev/shm", rank.SegmentName(job, "*"))
+	segs, _ := filepath.Glob(pattern)
+	if len(segs) == 0 {
+		t.Fatalf("the ranks made no segments (%s); stderr:\n%s", pattern, firstErr.String())
+	}
+	t.Cleanup(func() {
+		left, _ := filepath.Glob(pattern)
+		for _, s := range left {
+			os.Remove(s)
 		}
-		segs = append(segs, seg)
-		defer os.Remove(seg)
+	})
+	var size int64
+	for _, s := range segs {
+		if fi, err := os.Stat(s); err == nil {
+			size += fi.Size()
+		}
 	}
 	var guard int
 	for _, c := range childrenOf(cmd.Process.Pid) {
@@ -245,22 +255,11 @@ func TestStaleSegmentsRemovedAtStart(t *testing.T) {
 	syscall.Kill(guard, syscall.SIGKILL)
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	// The ranks end by their parent-death signal; their own children were the
-	// guard's to end, so the test ends them.
-	ranks := map[string]int{}
-	for name, pid := range pids {
-		if strings.HasPrefix(name, "pid.") {
-			ranks[name] = pid
-		} else {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
-	assertAllGone(t, ranks, time.Now().Add(5*time.Second))
+	// The ranks end by their parent-death signal.
+	assertAllGone(t, pids, time.Now().Add(5*time.Second))
 	time.Sleep(200 * time.Millisecond)
-	for _, seg := range segs {
-		if !exists(seg) {
-			t.Fatalf("%s is gone although the guard was killed", seg)
-		}
+	if left, _ := filepath.Glob(pattern); len(left) != len(segs) {
+		t.Fatalf("%d of %d segments left after the kill; want all (the guard was killed)", len(left), len(segs))
 	}
 
 	var stdout, stderr geartest.Buffer
@@ -270,12 +269,10 @@ func TestStaleSegmentsRemovedAtStart(t *testing.T) {
 	if err := next.Run(); err != nil {
 		t.Fatalf("the next job: %v\n%s", err, stderr.String())
 	}
-	for _, seg := range segs {
-		if exists(seg) {
-			t.Errorf("%s survived the next launch", seg)
-		}
+	if left, _ := filepath.Glob(pattern); len(left) > 0 {
+		t.Errorf("%v survived the next launch", left)
 	}
-	want := fmt.Sprintf("gearrun: removed 2 shared-memory segments (2.0 MiB) left by ended jobs %s", job)
+	want := fmt.Sprintf("gearrun: removed %d shared-memory segments (%s) left by ended jobs %s", len(segs), launch.FormatBytes(size), job)
 	if !strings.Contains(stderr.String(), want) {
 		t.Errorf("the next launch did not say %q:\n%s", want, stderr.String())
 	}
