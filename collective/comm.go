@@ -406,7 +406,7 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 			c.trans = append(c.trans, st)
 		}
 		if len(tcpPeers) > 0 {
-			if err := tt.connect(ctx, tcpPeers, maxP, c.sig, c.pool, c.lostError, c.failFrom); err != nil {
+			if err := tt.connect(ctx, tcpPeers, c.cfg.tuning, c.sig, c.pool, c.lostError, c.failFrom); err != nil {
 				return err
 			}
 			c.trans = append(c.trans, tt)

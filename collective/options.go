@@ -43,6 +43,13 @@ type Tuning struct {
 	// a wait polls with sched_yield, so that the rank it waits for can have the
 	// CPU. Negative: the default, 2ms oversubscribed and 5ms otherwise.
 	Spin time.Duration
+	// GreetTimeout bounds the TCP handshake while a communicator is built: how
+	// long a rank waits for a peer that connected to it to greet it, and for
+	// the answer to its own greeting. Zero: 10 s.
+	GreetTimeout time.Duration
+	// ByeTimeout bounds the goodbye that Close writes to every TCP peer (a peer
+	// that stopped reading must not hold Close up). Zero: 1 s.
+	ByeTimeout time.Duration
 }
 
 // DefaultTuning returns the measured defaults.
@@ -54,6 +61,8 @@ func DefaultTuning() Tuning {
 		SmallBroadcast: 16 << 10,
 		StreamBytes:    16 << 10,
 		Spin:           -1,
+		GreetTimeout:   10 * time.Second,
+		ByeTimeout:     time.Second,
 	}
 }
 
@@ -67,8 +76,27 @@ func (t Tuning) validate() error {
 		return fmt.Errorf("collective: Tuning.SmallAllReduce %d: want 0 to ChunkBytes (%d)", t.SmallAllReduce, t.ChunkBytes)
 	case t.SmallBroadcast < 0 || t.SmallBroadcast > t.ChunkBytes:
 		return fmt.Errorf("collective: Tuning.SmallBroadcast %d: want 0 to ChunkBytes (%d)", t.SmallBroadcast, t.ChunkBytes)
+	case t.GreetTimeout < 0:
+		return fmt.Errorf("collective: Tuning.GreetTimeout %v: want a positive duration, or 0 for the default", t.GreetTimeout)
+	case t.ByeTimeout < 0:
+		return fmt.Errorf("collective: Tuning.ByeTimeout %v: want a positive duration, or 0 for the default", t.ByeTimeout)
 	}
 	return nil
+}
+
+// greetTimeout and byeTimeout resolve GreetTimeout and ByeTimeout.
+func (t Tuning) greetTimeout() time.Duration {
+	if t.GreetTimeout > 0 {
+		return t.GreetTimeout
+	}
+	return 10 * time.Second
+}
+
+func (t Tuning) byeTimeout() time.Duration {
+	if t.ByeTimeout > 0 {
+		return t.ByeTimeout
+	}
+	return time.Second
 }
 
 // frameAlignment is the padding a frame header adds in a ring, at most.

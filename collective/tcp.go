@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,7 @@ type tcpTransport struct {
 	wg      sync.WaitGroup
 	lostErr func(rank int, reason string) error
 	fail    func(error)
+	tuning  Tuning
 }
 
 var _ transport = (*tcpTransport)(nil)
@@ -66,8 +68,8 @@ func (t *tcpTransport) addr() string { return t.ln.Addr().String() }
 
 // connect dials the lower-ranked peers and accepts the higher-ranked ones, then
 // starts the readers. The listener is closed when it returns.
-func (t *tcpTransport) connect(ctx context.Context, peers []tcpPeer, maxP int, sig *signals, pool *bufPool, lostErr func(int, string) error, fail func(error)) error {
-	t.sig, t.pool, t.maxP, t.lostErr, t.fail = sig, pool, maxP, lostErr, fail
+func (t *tcpTransport) connect(ctx context.Context, peers []tcpPeer, tuning Tuning, sig *signals, pool *bufPool, lostErr func(int, string) error, fail func(error)) error {
+	t.sig, t.pool, t.maxP, t.lostErr, t.fail, t.tuning = sig, pool, tuning.ChunkBytes, lostErr, fail, tuning
 	defer t.ln.Close()
 	want := map[int]bool{}
 	var dial []tcpPeer
@@ -85,38 +87,44 @@ func (t *tcpTransport) connect(ctx context.Context, peers []tcpPeer, maxP int, s
 		conn *net.TCPConn
 	}
 	acc := make(chan accepted, len(want))
-	accErr := make(chan error, 1)
+	// The first failure, dialing or accepting, is the one reported; it ends
+	// the other side's work.
+	var firstMu sync.Mutex
+	var first error
+	failed := func(err error) {
+		firstMu.Lock()
+		if first == nil {
+			first = err
+		}
+		firstMu.Unlock()
+		cancel()
+	}
 	var awg sync.WaitGroup
 	awg.Add(1)
 	go func() {
 		defer awg.Done()
-		accErr <- t.acceptAll(ctx, want, func(r int, c *net.TCPConn) { acc <- accepted{r, c} })
+		if err := t.acceptAll(ctx, want, func(r int, c *net.TCPConn) { acc <- accepted{r, c} }); err != nil {
+			failed(err)
+		}
 	}()
 	stop := context.AfterFunc(ctx, func() { t.ln.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
 	conns := map[int]*net.TCPConn{}
-	var err error
 	for _, p := range dial {
-		var c *net.TCPConn
-		c, err = t.dial(ctx, p)
+		c, err := t.dial(ctx, p)
 		if err != nil {
+			failed(err)
 			break
 		}
 		conns[p.rank] = c
-	}
-	if err != nil {
-		cancel()
-	}
-	if aerr := <-accErr; err == nil {
-		err = aerr
 	}
 	awg.Wait()
 	close(acc)
 	for a := range acc {
 		conns[a.rank] = a.conn
 	}
-	if err != nil {
+	if err := first; err != nil {
 		for _, c := range conns {
 			c.Close()
 		}
@@ -134,11 +142,27 @@ func (t *tcpTransport) connect(ctx context.Context, peers []tcpPeer, maxP int, s
 	return nil
 }
 
+// The handshake: the dialing rank greets with the magic, the nonce the
+// accepting rank published, its own rank and the communicator's name; the
+// accepting rank answers with a status byte and, when it refuses, why. A
+// greeting that does not match fails the communicator on both ranks, with the
+// peer's address and what did not match: a misconfigured peer (another job,
+// another communicator, a stale address) must not look like a hang.
+
+// greetStatus is the first byte of the answer to a greeting.
+const (
+	greetOK      = 0
+	greetRefused = 1
+)
+
+// maxGreetNote bounds the reason of a refusal.
+const maxGreetNote = 1024
+
 func (t *tcpTransport) dial(ctx context.Context, p tcpPeer) (*net.TCPConn, error) {
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
-		return nil, fmt.Errorf("collective: connect to rank %d at %s: %w", p.rank, p.addr, err)
+		return nil, fmt.Errorf("collective: rank %d: connect to rank %d at %s: %w", t.me, p.rank, p.addr, err)
 	}
 	c := nc.(*net.TCPConn)
 	hello := make([]byte, 0, 64)
@@ -147,31 +171,66 @@ func (t *tcpTransport) dial(ctx context.Context, p tcpPeer) (*net.TCPConn, error
 	hello = binary.LittleEndian.AppendUint32(hello, uint32(t.me))
 	hello = binary.LittleEndian.AppendUint16(hello, uint16(len(t.id)))
 	hello = append(hello, t.id...)
-	if dl, ok := ctx.Deadline(); ok {
-		c.SetWriteDeadline(dl)
+	wait := t.tuning.greetTimeout()
+	c.SetDeadline(time.Now().Add(wait))
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	fail := func(what string, err error) (*net.TCPConn, error) {
+		c.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			err = fmt.Errorf("no answer within %v (Tuning.GreetTimeout): %w", wait, err)
+		}
+		return nil, fmt.Errorf("collective: rank %d: %s rank %d at %s: %w", t.me, what, p.rank, p.addr, err)
 	}
 	if _, err := c.Write(hello); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("collective: greet rank %d at %s: %w", p.rank, p.addr, err)
+		return fail("greet", err)
 	}
-	c.SetWriteDeadline(time.Time{})
+	var ans [3]byte
+	if _, err := io.ReadFull(c, ans[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			err = errors.New("it closed the connection without answering (not a gear collective listener, or an older gear)")
+		}
+		return fail("wait for the answer of", err)
+	}
+	if ans[0] != greetOK {
+		note := make([]byte, min(int(binary.LittleEndian.Uint16(ans[1:])), maxGreetNote))
+		io.ReadFull(c, note)
+		c.Close()
+		return nil, fmt.Errorf("collective: rank %d: rank %d at %s refused this rank's greeting: %s", t.me, p.rank, p.addr, note)
+	}
+	if !stop() && ctx.Err() != nil {
+		c.Close()
+		return nil, fmt.Errorf("collective: rank %d: greet rank %d at %s: %w", t.me, p.rank, p.addr, ctx.Err())
+	}
+	c.SetDeadline(time.Time{})
 	return c, nil
 }
 
-// acceptAll accepts one connection from every rank in want.
+// acceptAll accepts one connection from every rank in want. A greeting that
+// does not match ends it with an error that names the peer; the peer hears why.
 func (t *tcpTransport) acceptAll(ctx context.Context, want map[int]bool, got func(int, *net.TCPConn)) error {
 	for len(want) > 0 {
 		nc, err := t.ln.AcceptTCP()
 		if err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("collective: waiting for ranks to connect: %w", ctx.Err())
+				return fmt.Errorf("collective: rank %d: waiting for ranks %v to connect: %w", t.me, waitingFor(want), ctx.Err())
 			}
-			return fmt.Errorf("collective: accept peers: %w", err)
+			return fmt.Errorf("collective: rank %d: accept peers: %w", t.me, err)
 		}
-		r, err := t.readHello(nc)
-		if err != nil || !want[r] {
+		r, err := t.readHello(nc, want)
+		if err != nil {
+			t.refuse(nc, err)
 			nc.Close()
-			continue // not one of ours; keep waiting
+			return err
+		}
+		nc.SetWriteDeadline(time.Now().Add(t.tuning.greetTimeout()))
+		_, err = nc.Write([]byte{greetOK, 0, 0})
+		nc.SetWriteDeadline(time.Time{})
+		if err != nil {
+			nc.Close()
+			return fmt.Errorf("collective: rank %d: answer the greeting of rank %d at %s: %w", t.me, r, nc.RemoteAddr(), err)
 		}
 		delete(want, r)
 		got(r, nc)
@@ -179,20 +238,73 @@ func (t *tcpTransport) acceptAll(ctx context.Context, want map[int]bool, got fun
 	return nil
 }
 
-func (t *tcpTransport) readHello(c *net.TCPConn) (int, error) {
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+// waitingFor lists the ranks of want in order.
+func waitingFor(want map[int]bool) []int {
+	var rs []int
+	for r := range want {
+		rs = append(rs, r)
+	}
+	slices.Sort(rs)
+	return rs
+}
+
+// refuse tells the peer of c why its greeting was refused, if it still listens.
+func (t *tcpTransport) refuse(c *net.TCPConn, why error) {
+	note := []byte(why.Error())
+	if len(note) > maxGreetNote {
+		note = note[:maxGreetNote]
+	}
+	msg := []byte{greetRefused, 0, 0}
+	binary.LittleEndian.PutUint16(msg[1:], uint16(len(note)))
+	c.SetWriteDeadline(time.Now().Add(t.tuning.byeTimeout()))
+	c.Write(append(msg, note...))
+}
+
+// readHello reads a greeting and checks it against this rank's communicator
+// and the ranks it still waits for.
+func (t *tcpTransport) readHello(c *net.TCPConn, want map[int]bool) (int, error) {
+	from := c.RemoteAddr().String()
+	wait := t.tuning.greetTimeout()
+	c.SetReadDeadline(time.Now().Add(wait))
 	defer c.SetReadDeadline(time.Time{})
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("collective: rank %d of communicator %q: greeting from %s: "+format, append([]any{t.me, t.id, from}, args...)...)
+	}
 	b := make([]byte, len(tcpMagic)+16+4+2)
-	if _, err := io.ReadFull(c, b); err != nil {
+	read := func(p []byte, at int) error {
+		n, err := io.ReadFull(c, p)
+		if err == nil {
+			return nil
+		}
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return bad("%d of %d bytes within %v (Tuning.GreetTimeout): %w", at+n, len(b), wait, err)
+		}
+		return bad("%d of %d bytes, then %w", at+n, len(b), err)
+	}
+	// The magic first: a stranger is named as one even if it sends less than
+	// a greeting.
+	if err := read(b[:len(tcpMagic)], 0); err != nil {
 		return 0, err
 	}
-	if string(b[:8]) != tcpMagic || !bytes.Equal(b[8:24], t.nonce[:]) {
-		return 0, errors.New("bad greeting")
+	if string(b[:len(tcpMagic)]) != tcpMagic {
+		return 0, bad("starts with %q, want %q: not a gear collective peer", b[:len(tcpMagic)], tcpMagic)
+	}
+	if err := read(b[len(tcpMagic):], len(tcpMagic)); err != nil {
+		return 0, err
 	}
 	r := int(binary.LittleEndian.Uint32(b[24:]))
+	if !bytes.Equal(b[8:24], t.nonce[:]) {
+		return 0, bad("rank %d brings the nonce of another listener (a rank of another job, or of an earlier communicator at a reused address)", r)
+	}
 	id := make([]byte, binary.LittleEndian.Uint16(b[28:]))
-	if _, err := io.ReadFull(c, id); err != nil || string(id) != t.id {
-		return 0, errors.New("bad greeting")
+	if n, err := io.ReadFull(c, id); err != nil {
+		return 0, bad("rank %d: communicator name: %d of %d bytes, then %w", r, n, len(id), err)
+	}
+	if string(id) != t.id {
+		return 0, bad("rank %d is building communicator %q, this rank %q", r, id, t.id)
+	}
+	if !want[r] {
+		return 0, bad("it says it is rank %d, but this rank waits for ranks %v", r, waitingFor(want))
 	}
 	return r, nil
 }
@@ -222,7 +334,7 @@ func (t *tcpTransport) close(note []byte) {
 		h := header{kind: kindBye, n: uint32(len(note))}
 		h.encode(bye)
 		copy(bye[headerSize:], note)
-		l.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		l.conn.SetWriteDeadline(time.Now().Add(t.tuning.byeTimeout()))
 		l.conn.Write(bye)
 		l.conn.CloseWrite()
 		l.wmu.Unlock()
