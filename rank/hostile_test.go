@@ -58,26 +58,12 @@ func TestCoordinatorSurvivesHostileConnections(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	const n = 1000
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 200)
-	errs := make(chan error, n)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := geartest.Hostile(c.Addr(), i%geartest.HostileKinds, 10*time.Second); err != nil {
-				errs <- err
-			}
-		}()
-	}
+	flood := make(chan []error)
+	go func() { flood <- geartest.HostileFlood(c.Addr(), n, 200, 10*time.Second) }()
 	// The real ranks join during the flood.
 	worlds, jerrs := joinAll(t, c, 2, nil)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("hostile connection: %v (the coordinator should have closed it)", err)
+	for _, err := range <-flood {
+		t.Errorf("%v (the coordinator should have dropped it)", err)
 	}
 	runtime.ReadMemStats(&after)
 	if jerrs[0] != nil || jerrs[1] != nil {

@@ -4,8 +4,10 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -56,4 +58,29 @@ func Hostile(addr string, kind int, limit time.Duration) error {
 		return nil
 	}
 	return err
+}
+
+// HostileFlood opens n hostile connections to addr, cycling through the kinds,
+// at most parallel at a time, and returns the errors of those the coordinator
+// did not drop within limit.
+func HostileFlood(addr string, n, parallel int, limit time.Duration) []error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	sem := make(chan struct{}, parallel)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := Hostile(addr, i%HostileKinds, limit); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("hostile connection %d (kind %d): %w", i, i%HostileKinds, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
