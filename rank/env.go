@@ -35,6 +35,12 @@ const (
 	// EnvHostID overrides the host identity: ranks with equal host identity share
 	// memory. The default is derived from the machine and its namespaces.
 	EnvHostID = "GEAR_HOST_ID"
+	// EnvNodeName names the rank's node in host identities and in messages
+	// about lost hosts: what a host list called it (-H, a hostfile). Under SLURM,
+	// SLURMD_NODENAME does; the default is the host name.
+	EnvNodeName = "GEAR_NODE_NAME"
+	// EnvSlurmdNodeName is the name of the SLURM node a task runs on.
+	EnvSlurmdNodeName = "SLURMD_NODENAME"
 	// EnvTransport forces a collective transport ("tcp").
 	EnvTransport = "GEAR_TRANSPORT"
 	// EnvJobSpec is the path of the TOML job spec the job was launched from.
