@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,6 +28,12 @@ type CoordinatorConfig struct {
 	// HandshakeTimeout bounds how long a new connection may take to prove the
 	// token and join; 0 means DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
+	// Heartbeat is how often the coordinator pings each joined rank (which
+	// answers), and HeartbeatTimeout how long either side waits for a word
+	// from the other before it takes it for gone: a rank the coordinator has
+	// not heard from for that long is lost, with its host named. 0 means
+	// DefaultHeartbeat and DefaultHeartbeatTimeout.
+	Heartbeat, HeartbeatTimeout time.Duration
 	// MaxPending caps the connections that have not yet proven the token; one
 	// over the cap is refused at once ("busy", which a rank answers by dialing
 	// again). 0 means DefaultMaxPending plus the world's size, so that every
@@ -62,6 +69,16 @@ const DefaultHandshakeTimeout = 3 * time.Second
 // proving the token at once.
 const DefaultMaxPending = 64
 
+// The heartbeat's defaults: a host that stops answering is lost within
+// DefaultHeartbeatTimeout plus one DefaultHeartbeat.
+const (
+	DefaultHeartbeat        = 250 * time.Millisecond
+	DefaultHeartbeatTimeout = 1500 * time.Millisecond
+)
+
+// pingFrame is the heartbeat, the same both ways.
+var pingFrame = frame(msgPing, func(*enc) {})
+
 // Coordinator runs the rendezvous of one job: ranks connect, prove the job token,
 // join, and receive the world table once all have joined; then it carries their
 // key-value exchange, barriers and the news of lost ranks. The launcher runs one
@@ -73,6 +90,7 @@ type Coordinator struct {
 	wg  sync.WaitGroup
 
 	refusals refusalLog
+	stop     chan struct{} // closed by Close
 
 	mu        sync.Mutex
 	closed    bool
@@ -130,6 +148,12 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 	if cfg.MaxPending <= 0 {
 		cfg.MaxPending = DefaultMaxPending + cfg.Size
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.HeartbeatTimeout <= 0 {
+		cfg.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -143,6 +167,7 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 		ln:       ln,
 		log:      log,
 		refusals: refusalLog{log: log},
+		stop:     make(chan struct{}),
 		conns:    make(map[*coordConn]struct{}),
 		ranks:    make([]rankState, cfg.Size),
 		peers:    make([]Peer, cfg.Size),
@@ -150,9 +175,69 @@ func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
 		waiters:  make(map[string][]waiter),
 		barriers: make(map[uint64]int),
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.accept()
+	go c.heartbeat()
 	return c, nil
+}
+
+// heartbeat pings every joined rank each Heartbeat, and declares lost the
+// ranks it has not heard from for HeartbeatTimeout, grouped by host: when a
+// host vanishes, all its ranks go at once, and the reason names it.
+func (c *Coordinator) heartbeat() {
+	defer c.wg.Done()
+	tick := time.NewTicker(c.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now().UnixNano()
+		var post []func()
+		var drop []*coordConn
+		c.mu.Lock()
+		if !c.assembled {
+			// Ranks waiting for the world say nothing; the rendezvous
+			// timeout bounds that wait.
+			c.mu.Unlock()
+			continue
+		}
+		silent := map[string][]int{} // host -> ranks
+		var hosts []string
+		for r := range c.ranks {
+			st := &c.ranks[r]
+			if st.phase != phaseJoined {
+				continue
+			}
+			if time.Duration(now-st.conn.lastSeen.Load()) > c.cfg.HeartbeatTimeout {
+				h := HostName(c.peers[r].Host)
+				if _, ok := silent[h]; !ok {
+					hosts = append(hosts, h)
+				}
+				silent[h] = append(silent[h], r)
+				continue
+			}
+			st.conn.send(pingFrame)
+		}
+		for _, h := range hosts {
+			ranks := silent[h]
+			reason := fmt.Sprintf("host %s unreachable: no word from its ranks %s for %v", h, FormatRanks(ranks), c.cfg.HeartbeatTimeout)
+			if len(ranks) == 1 {
+				reason = fmt.Sprintf("host %s unreachable: no word from rank %d for %v", h, ranks[0], c.cfg.HeartbeatTimeout)
+			}
+			for _, r := range ranks {
+				drop = append(drop, c.ranks[r].conn)
+				post = append(post, c.lostLocked(r, reason)...)
+			}
+		}
+		c.mu.Unlock()
+		for _, cc := range drop {
+			cc.nc.Close() // unblocks its reader and writer on a dead connection
+		}
+		run(post)
+	}
 }
 
 // Addr is the address ranks dial (GEAR_RDZV_ADDR).
@@ -173,6 +258,7 @@ func (c *Coordinator) Close() error {
 		}
 		c.mu.Unlock()
 		c.ln.Close()
+		close(c.stop)
 		for _, cc := range conns {
 			cc.close()
 		}
@@ -341,7 +427,8 @@ func (c *Coordinator) serve(cc *coordConn) {
 		return
 	}
 	cc.nc.SetDeadline(time.Time{})
-	cc.startWriter(&c.wg)
+	cc.lastSeen.Store(time.Now().UnixNano())
+	cc.startWriter(&c.wg, c.cfg.HeartbeatTimeout)
 	post, ok := c.join(cc, join, nonce[:], auth.Nonce[:], remote)
 	run(post)
 	if !ok {
@@ -351,11 +438,15 @@ func (c *Coordinator) serve(cc *coordConn) {
 	buf := make([]byte, 0, 512)
 	for {
 		typ, payload, err := readFrameMax(cc.r, buf, maxRequestFrame)
+		cc.lastSeen.Store(time.Now().UnixNano())
 		if err != nil {
 			if errors.Is(err, errFrameTooLarge) {
 				c.log.Warn("rank: coordinator: dropped rank's connection", "rank", rank, "remote", remote, "err", err)
 			}
 			return
+		}
+		if typ == msgPing {
+			continue // its answer to the heartbeat
 		}
 		if cap(payload) > cap(buf) {
 			buf = payload[:0]
@@ -430,7 +521,9 @@ func (c *Coordinator) join(cc *coordConn, m joinMsg, nonce, clientNonce []byte, 
 		}
 		c.assembled = true
 		f := frame(msgWorld, func(e *enc) { e.raw(encodeWorld(c.peers)) })
+		now := time.Now().UnixNano()
 		for i := range c.ranks {
+			c.ranks[i].conn.lastSeen.Store(now) // the heartbeat starts now
 			c.ranks[i].conn.send(f)
 		}
 		c.log.Debug("rank: coordinator: world assembled", "size", c.cfg.Size)
@@ -615,6 +708,11 @@ type coordConn struct {
 	done    chan struct{}
 	closed  bool
 	writing bool // writeLoop runs and closes nc
+	// lastSeen is when the rank last sent anything (UnixNano).
+	lastSeen atomic.Int64
+	// writeTimeout bounds one write: a peer that takes no bytes for that long
+	// is gone.
+	writeTimeout time.Duration
 }
 
 func newCoordConn(nc net.Conn) *coordConn {
@@ -655,13 +753,14 @@ func (cc *coordConn) close() {
 
 // startWriter starts the goroutine that writes what send queues; until then
 // serve writes the handshake itself.
-func (cc *coordConn) startWriter(wg *sync.WaitGroup) {
+func (cc *coordConn) startWriter(wg *sync.WaitGroup, writeTimeout time.Duration) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.closed {
 		return
 	}
 	cc.writing = true
+	cc.writeTimeout = writeTimeout
 	wg.Add(1)
 	go func() { defer wg.Done(); cc.writeLoop() }()
 }
@@ -675,6 +774,7 @@ func (cc *coordConn) writeLoop() {
 		closed := cc.closed
 		cc.mu.Unlock()
 		for _, f := range q {
+			cc.nc.SetWriteDeadline(time.Now().Add(cc.writeTimeout))
 			if _, err := cc.nc.Write(f); err != nil {
 				cc.close()
 				return

@@ -29,9 +29,15 @@ var (
 type LostError struct {
 	Rank   int
 	Reason string
+	// Host names the node the rank ran on (rank.HostName of its host
+	// identity); "" when unknown.
+	Host string
 }
 
 func (e *LostError) Error() string {
+	if e.Host != "" {
+		return fmt.Sprintf("rank: rank %d on %s lost: %s", e.Rank, e.Host, e.Reason)
+	}
 	return fmt.Sprintf("rank: rank %d lost: %s", e.Rank, e.Reason)
 }
 

@@ -24,7 +24,11 @@ import (
 //	                               (or fail, naming the ranks that never arrived)
 //
 // after which the rank sends set, get, wait, barrier and bye, and the coordinator
-// answers ok, err, value and barrierDone, and announces lost ranks.
+// answers ok, err, value and barrierDone, and announces lost ranks. The
+// coordinator pings every joined rank every heartbeat interval and each rank
+// answers; a side that hears nothing from the other for the heartbeat timeout
+// takes it for gone, so that a host that vanishes without closing its
+// connections (a pulled cable, a dead node) is noticed within seconds.
 //
 // Neither side allocates more than a small fixed amount for a peer that has not
 // proven the token: the coordinator reads the auth frame, whose size is fixed,
@@ -51,6 +55,7 @@ const (
 	msgLost        byte = 15
 	msgBye         byte = 16
 	msgAuth        byte = 17
+	msgPing        byte = 18 // heartbeat: the coordinator's, and a rank's answer
 )
 
 // wireMagic opens the coordinator's hello; a rank that sees anything else is

@@ -51,6 +51,7 @@ type initConfig struct {
 	endpoints map[string]string
 	timeout   time.Duration
 	hostID    string
+	heartbeat time.Duration
 }
 
 // WithInfo joins with info instead of reading the environment (FromEnv).
@@ -71,15 +72,24 @@ func WithTimeout(d time.Duration) Option { return func(c *initConfig) { c.timeou
 // WithHostID overrides the host identity (HostID).
 func WithHostID(id string) Option { return func(c *initConfig) { c.hostID = id } }
 
+// WithHeartbeatTimeout sets how long the rank waits for a word from the
+// coordinator (which pings every DefaultHeartbeat) before it takes it for gone;
+// the default is DefaultHeartbeatTimeout. It must exceed the coordinator's
+// heartbeat interval.
+func WithHeartbeatTimeout(d time.Duration) Option { return func(c *initConfig) { c.heartbeat = d } }
+
 // World is the calling process's world: its place, the other ranks, a barrier, a
 // small key-value exchange and news of lost ranks. A World is safe for concurrent
 // use. World implements collective.Bootstrap.
 type World struct {
-	info  Info
-	host  string
-	peers []Peer
-	roles []Role
-	log   *slog.Logger
+	info Info
+	host string
+	// heartbeatTimeout: with no word from the coordinator for this long, the
+	// rank takes it for gone.
+	heartbeatTimeout time.Duration
+	peers            []Peer
+	roles            []Role
+	log              *slog.Logger
 
 	conn   net.Conn // nil for a world of one
 	coord  *Coordinator
@@ -166,17 +176,21 @@ func Init(ctx context.Context, opts ...Option) (*World, error) {
 	if host == "" {
 		host = HostID()
 	}
+	if cfg.heartbeat <= 0 {
+		cfg.heartbeat = DefaultHeartbeatTimeout
+	}
 	w := &World{
-		info:     info,
-		host:     host,
-		log:      log,
-		pending:  make(map[uint64]pendingReq),
-		barrier:  make(map[uint64]chan error),
-		cache:    make(map[string][]byte),
-		lost:     make(map[int]string),
-		lostFns:  make(map[int]func(int, string)),
-		noteWake: make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		info:             info,
+		heartbeatTimeout: cfg.heartbeat,
+		host:             host,
+		log:              log,
+		pending:          make(map[uint64]pendingReq),
+		barrier:          make(map[uint64]chan error),
+		cache:            make(map[string][]byte),
+		lost:             make(map[int]string),
+		lostFns:          make(map[int]func(int, string)),
+		noteWake:         make(chan struct{}, 1),
+		done:             make(chan struct{}),
 	}
 	self := Peer{Rank: info.Rank, LocalRank: info.LocalRank, LocalSize: info.LocalSize,
 		Node: info.NodeRank, NumNodes: info.NumNodes, Role: info.Role, RoleRank: info.RoleRank,
@@ -752,10 +766,18 @@ func (w *World) readLoop() {
 	defer w.wg.Done()
 	buf := make([]byte, 0, 512)
 	for {
+		w.conn.SetReadDeadline(time.Now().Add(w.heartbeatTimeout))
 		typ, p, err := readFrameMax(w.reader, buf, maxRequestFrame)
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				err = fmt.Errorf("no word from it at %s for %v (its host unreachable?)", w.info.RdzvAddr, w.heartbeatTimeout)
+			}
 			w.fail(fmt.Errorf("%w: %v", ErrCoordinatorGone, err))
 			return
+		}
+		if typ == msgPing {
+			w.send(msgPing, func(*enc) {}) // a broken connection fails the next read
+			continue
 		}
 		if cap(p) > cap(buf) {
 			buf = p[:0]
@@ -811,6 +833,9 @@ func (w *World) readLoop() {
 
 func (w *World) markLost(rank int, reason string) {
 	err := &LostError{Rank: rank, Reason: reason}
+	if w.multiHost() && rank >= 0 && rank < len(w.peers) {
+		err.Host = HostName(w.peers[rank].Host)
+	}
 	w.mu.Lock()
 	if _, ok := w.lost[rank]; ok {
 		w.mu.Unlock()
@@ -825,6 +850,17 @@ func (w *World) markLost(rank int, reason string) {
 	w.mu.Unlock()
 	w.log.Warn("rank: rank lost", "rank", rank, "reason", reason)
 	w.fail(err)
+}
+
+// multiHost reports whether the world's ranks are on more than one host, where
+// a lost rank's error names its host.
+func (w *World) multiHost() bool {
+	for _, p := range w.peers {
+		if p.Host != w.peers[0].Host {
+			return true
+		}
+	}
+	return false
 }
 
 // fail breaks the world: pending barriers and waits end with err; when the
