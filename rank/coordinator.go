@@ -261,6 +261,7 @@ func (c *Coordinator) Close() error {
 		close(c.stop)
 		for _, cc := range conns {
 			cc.close()
+			cc.nc.Close() // a writer blocked on a peer that reads nothing ends now
 		}
 	})
 	c.wg.Wait()
@@ -428,7 +429,7 @@ func (c *Coordinator) serve(cc *coordConn) {
 	}
 	cc.nc.SetDeadline(time.Time{})
 	cc.lastSeen.Store(time.Now().UnixNano())
-	cc.startWriter(&c.wg, c.cfg.HeartbeatTimeout)
+	cc.startWriter(&c.wg, max(10*time.Second, c.cfg.HeartbeatTimeout))
 	post, ok := c.join(cc, join, nonce[:], auth.Nonce[:], remote)
 	run(post)
 	if !ok {
