@@ -150,8 +150,18 @@ func (x *call) frame(step uint32, n int) header {
 	return h
 }
 
+// directLink is a link that sends a frame straight from the caller's memory
+// (TCP: one writev of header and payload), where reserve and commit would copy
+// the payload into a frame first.
+type directLink interface {
+	sendFrom(ctx context.Context, h header, p []byte) error
+}
+
 // send sends p (at most one chunk) to peer as one frame.
 func (x *call) send(peer int, step uint32, p []byte) error {
+	if d, ok := x.c.links[peer].(directLink); ok {
+		return d.sendFrom(x.ctx, x.frame(step, len(p)), p)
+	}
 	buf, err := x.reserve(peer, len(p))
 	if err != nil {
 		return err

@@ -406,11 +406,16 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 			c.trans = append(c.trans, st)
 		}
 		if len(tcpPeers) > 0 {
+			tt.spin, tt.yield = c.spin, c.local > runtime.NumCPU()
+			for _, p := range tcpPeers {
+				if infos[p.rank].Host == me.Host && infos[p.rank].PID == me.PID {
+					tt.gosched = true // peers are goroutines of this process
+				}
+			}
 			if err := tt.connect(ctx, tcpPeers, c.cfg.tuning, c.sig, c.pool, c.lostError, c.failFrom); err != nil {
 				return err
 			}
 			c.trans = append(c.trans, tt)
-			c.sig.addWaker(tt.interrupt)
 			for _, p := range tcpPeers {
 				c.links[p.rank] = tt.link(p.rank)
 			}

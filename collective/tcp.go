@@ -1,7 +1,6 @@
 package collective
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -10,17 +9,21 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The TCP transport: one connection per pair of ranks, the higher rank dialing the
-// lower. Each connection has a reader goroutine that moves frames into a queue as
-// they arrive, so that a sender never waits for its peer to call a receive (two
-// ranks may send each other any amount at once), and so that a broken connection
-// is noticed at once even when no call is waiting on it.
+// lower. A call waiting for a frame reads the socket itself (tcp_link.go); while
+// no call does, each connection's reader goroutine moves frames into a queue as
+// they arrive, so that a sender never waits for long for its peer to call a
+// receive (two ranks may send each other any amount at once), and so that a
+// broken connection is noticed at once even when no call is waiting on it.
 
 const tcpMagic = "gearcol1"
 
@@ -44,6 +47,15 @@ type tcpTransport struct {
 	lostErr func(rank int, reason string) error
 	fail    func(error)
 	tuning  Tuning
+
+	// How a call waits for a frame (tcp_link.go): it reads the socket itself
+	// for spin (polling with sched_yield, or runtime.Gosched when gosched, if
+	// yield), then parks while the link's reader goroutine reads.
+	spin    time.Duration
+	yield   bool
+	gosched bool
+	epoch   time.Time     // lastRead times count from here
+	stopc   chan struct{} // closed by close: paused readers read on
 }
 
 var _ transport = (*tcpTransport)(nil)
@@ -56,7 +68,7 @@ func listenTCP(id string, me int, host string) (*tcpTransport, error) {
 	if err != nil {
 		return nil, fmt.Errorf("collective: listen for peers on %s: %w", host, err)
 	}
-	t := &tcpTransport{id: id, me: me, ln: ln.(*net.TCPListener), links: map[int]*tcpLink{}}
+	t := &tcpTransport{id: id, me: me, ln: ln.(*net.TCPListener), links: map[int]*tcpLink{}, stopc: make(chan struct{}), epoch: time.Now()}
 	if _, err := rand.Read(t.nonce[:]); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("collective: nonce: %w", err)
@@ -131,8 +143,13 @@ func (t *tcpTransport) connect(ctx context.Context, peers []tcpPeer, tuning Tuni
 		return err
 	}
 	for r, c := range conns {
-		c.SetNoDelay(true)
-		l := &tcpLink{t: t, peer: r, conn: c, q: newFrameQueue()}
+		l, err := newTCPLink(t, r, c)
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return err
+		}
 		t.links[r] = l
 	}
 	for _, l := range t.links {
@@ -311,13 +328,6 @@ func (t *tcpTransport) readHello(c *net.TCPConn, want map[int]bool) (int, error)
 
 func (t *tcpTransport) link(rank int) link { return t.links[rank] }
 
-// interrupt unblocks writes in progress (the communicator failed).
-func (t *tcpTransport) interrupt() {
-	for _, l := range t.links {
-		l.conn.SetWriteDeadline(time.Unix(1, 0))
-	}
-}
-
 func (t *tcpTransport) close(note []byte) {
 	if t.closing.Swap(true) {
 		return
@@ -325,6 +335,7 @@ func (t *tcpTransport) close(note []byte) {
 	if t.ln != nil {
 		t.ln.Close()
 	}
+	close(t.stopc) // paused readers read on, to the goodbyes
 	for _, l := range t.links {
 		l.wmu.Lock()
 		if len(note) > t.maxP {
@@ -334,13 +345,19 @@ func (t *tcpTransport) close(note []byte) {
 		h := header{kind: kindBye, n: uint32(len(note))}
 		h.encode(bye)
 		copy(bye[headerSize:], note)
-		l.conn.SetWriteDeadline(time.Now().Add(t.tuning.byeTimeout()))
-		l.conn.Write(bye)
-		l.conn.CloseWrite()
+		deadline := time.Now().Add(t.tuning.byeTimeout())
+		l.writeUntil(bye, nil, func() error {
+			if time.Now().After(deadline) {
+				return os.ErrDeadlineExceeded
+			}
+			return nil
+		})
+		unix.Shutdown(l.fd, unix.SHUT_WR)
 		l.wmu.Unlock()
 	}
 	// Let the readers see the peers' goodbyes (or EOF) so that nothing unread is
-	// left in the socket when it closes, then close.
+	// left in the socket when it closes; then shut the sockets down, which ends
+	// the readers that still wait, and close them.
 	done := make(chan struct{})
 	go func() { t.wg.Wait(); close(done) }()
 	select {
@@ -348,9 +365,12 @@ func (t *tcpTransport) close(note []byte) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	for _, l := range t.links {
-		l.conn.Close()
+		unix.Shutdown(l.fd, unix.SHUT_RDWR)
 	}
 	<-done
+	for _, l := range t.links {
+		unix.Close(l.fd)
+	}
 	for _, l := range t.links {
 		for {
 			f, ok := l.q.tryPop()
@@ -363,126 +383,9 @@ func (t *tcpTransport) close(note []byte) {
 			t.pool.put(l.cur.own)
 			l.cur = qframe{}
 		}
-	}
-}
-
-type tcpLink struct {
-	t    *tcpTransport
-	peer int
-	conn *net.TCPConn
-	q    *frameQueue
-	wmu  sync.Mutex
-	wbuf *[]byte
-	cur  qframe
-}
-
-func (l *tcpLink) maxPayload() int { return l.t.maxP }
-
-func (l *tcpLink) readLoop() {
-	defer l.t.wg.Done()
-	r := bufio.NewReaderSize(l.conn, 64<<10)
-	var hb [headerSize]byte
-	for {
-		if _, err := io.ReadFull(r, hb[:]); err != nil {
-			l.broken(err)
-			return
-		}
-		var h header
-		h.decode(hb[:])
-		if int(h.n) > l.t.maxP {
-			l.broken(fmt.Errorf("frame of %d bytes over the limit of %d", h.n, l.t.maxP))
-			return
-		}
-		b := l.t.pool.get(int(h.n))
-		if _, err := io.ReadFull(r, *b); err != nil {
-			l.t.pool.put(b)
-			l.broken(err)
-			return
-		}
-		if h.kind == kindBye {
-			// The peer closed; its note says why, if it failed.
-			err := l.t.lostErr(l.peer, "it closed the communicator")
-			if h.n > 0 {
-				err = decodeAbort(*b)
-			}
-			l.t.pool.put(b)
-			l.q.finish(err)
-			return
-		}
-		l.q.push(qframe{h: h, buf: *b, own: b})
-	}
-}
-
-func (l *tcpLink) broken(err error) {
-	if l.t.closing.Load() {
-		l.q.finish(ErrClosed)
-		return
-	}
-	why := "connection lost"
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		why = "connection closed without a goodbye"
-	} else if err != nil {
-		why = "connection lost: " + err.Error()
-	}
-	lost := l.t.lostErr(l.peer, why)
-	l.q.finish(lost)
-	l.t.fail(lost)
-}
-
-func (l *tcpLink) reserve(ctx context.Context, n int) ([]byte, error) {
-	if n > l.t.maxP {
-		return nil, fmt.Errorf("collective: frame of %d bytes over the limit of %d", n, l.t.maxP)
-	}
-	if l.t.sig.failed.Load() {
-		return nil, errStopped
-	}
-	l.wbuf = l.t.pool.get(headerSize + n)
-	return (*l.wbuf)[headerSize:], nil
-}
-
-func (l *tcpLink) commit(ctx context.Context, h header) error {
-	b := l.wbuf
-	l.wbuf = nil
-	defer l.t.pool.put(b)
-	h.encode(*b)
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	var stop func() bool
-	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { l.conn.SetWriteDeadline(time.Unix(1, 0)) })
-	}
-	_, err := l.conn.Write((*b)[:headerSize+int(h.n)])
-	if stop != nil && !stop() {
-		l.conn.SetWriteDeadline(time.Time{})
-		if ctx.Err() != nil {
-			return ctx.Err()
+		if l.rd.body != nil {
+			t.pool.put(l.rd.body)
+			l.rd.body = nil
 		}
 	}
-	if err != nil {
-		if l.t.sig.failed.Load() {
-			return errStopped
-		}
-		lost := l.t.lostErr(l.peer, "connection lost: "+err.Error())
-		l.t.fail(lost)
-		return lost
-	}
-	return nil
 }
-
-func (l *tcpLink) next(ctx context.Context) (header, []byte, error) {
-	f, err := l.q.pop(ctx, l.t.sig)
-	if err != nil {
-		return header{}, nil, err
-	}
-	l.cur = f
-	return f.h, f.buf, nil
-}
-
-func (l *tcpLink) release() {
-	l.t.pool.put(l.cur.own)
-	l.cur = qframe{}
-}
-
-func (l *tcpLink) peek() (header, bool) { return l.q.peek() }
-
-func (l *tcpLink) streams() bool { return false }
