@@ -153,3 +153,31 @@ func Recv[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	}
 	return c.end(x, c.recvP2P(x, asBytes(buf), src))
 }
+
+// SendRecv sends the buffers of send, in order, to rank peer and receives the
+// peer's buffers into those of recv, in order, in one call: the peer makes the
+// mirror call with the same tag, its send matching this rank's recv buffer for
+// buffer in length (and its recv this rank's send). The lower rank sends
+// first. Over TCP a buffer's bytes go from the socket straight into it (no
+// staging buffer) when its frame is read by the call; after an error, the
+// contents of recv are undefined until the communicator is closed.
+//
+// Errors: a mismatch (*MismatchError) when the peer's buffers differ in
+// length; the communicator's errors.
+func SendRecv(ctx context.Context, c *Comm, send, recv [][]byte, peer, tag int) error {
+	if c == nil {
+		return errNilComm
+	}
+	if tag < 0 {
+		return errors.New("collective: SendRecv: negative tag")
+	}
+	total := 0
+	for _, b := range send {
+		total += len(b)
+	}
+	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: Bytes, count: uint64(total)})
+	if err != nil {
+		return err
+	}
+	return c.end(x, c.sendRecvP2P(x, peer, send, recv))
+}

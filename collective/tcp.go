@@ -383,9 +383,9 @@ func (t *tcpTransport) close(note []byte) {
 			t.pool.put(l.cur.own)
 			l.cur = qframe{}
 		}
-		if l.rd.body != nil {
+		if l.rd.body != nil && !l.rd.direct {
 			t.pool.put(l.rd.body)
-			l.rd.body = nil
 		}
+		l.rd.body = nil
 	}
 }

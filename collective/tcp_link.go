@@ -44,10 +44,14 @@ type tcpLink struct {
 	fd   int    // the socket, non-blocking, owned by the link; closed by close
 	q    *frameQueue
 
-	rmu      sync.Mutex // held while reading the socket
-	rd       frameReader
-	lastRead atomic.Int64  // when a call last read the socket itself (ns since t.epoch); 0: none is
-	wake     chan struct{} // wakes the paused reader goroutine
+	rmu sync.Mutex // held while reading the socket
+	rd  frameReader
+	// A posted receive (under rmu): the payload of the next frame that match
+	// accepts is read straight into post.
+	post      []byte
+	postMatch func(h *header) bool
+	lastRead  atomic.Int64  // when a call last read the socket itself (ns since t.epoch); 0: none is
+	wake      chan struct{} // wakes the paused reader goroutine
 
 	wmu  sync.Mutex
 	wbuf *[]byte
@@ -62,6 +66,8 @@ type frameReader struct {
 	lo, hi int // stage[lo:hi] is read but not parsed
 	h      header
 	body   *[]byte // the payload of h, got bytes of it read
+	direct bool    // body is a posted receive, not a pool buffer
+	big    bool    // the last frame's payload was at least bigFrame
 	got    int
 	err    error // the stream's end, once reached
 }
@@ -69,6 +75,11 @@ type frameReader struct {
 // stageBytes is how much a read into the stage takes at most; payloads larger
 // than what the stage holds of them are read straight into their buffer.
 const stageBytes = 64 << 10
+
+// bigFrame: after a frame at least this large the next header is read on its
+// own, as the next payload is likely large too: read through the stage, it
+// would cost a copy more.
+const bigFrame = 16 << 10
 
 // newTCPLink makes a link of connection c, which it takes over: it keeps a
 // duplicate of c's descriptor and closes c (and with it c's registration in the
@@ -159,6 +170,9 @@ func (l *tcpLink) pump(all bool) (int, error) {
 			}
 			own := r.body
 			r.body = nil
+			if r.direct {
+				own, r.direct = nil, false
+			}
 			if r.h.kind == kindBye {
 				// The peer closed; its note says why, if it failed.
 				err := l.t.lostErr(l.peer, "it closed the communicator")
@@ -170,6 +184,7 @@ func (l *tcpLink) pump(all bool) (int, error) {
 				l.q.finish(err)
 				return frames, err
 			}
+			r.big = len(b) >= bigFrame
 			l.q.push(qframe{h: r.h, buf: b, own: own})
 			frames++
 			if !all && r.lo == r.hi {
@@ -183,15 +198,28 @@ func (l *tcpLink) pump(all bool) (int, error) {
 			if int(r.h.n) > l.t.maxP {
 				return frames, l.end(fmt.Errorf("frame of %d bytes over the limit of %d", r.h.n, l.t.maxP))
 			}
-			r.body = l.t.pool.get(int(r.h.n))
 			r.got = 0
+			if l.postMatch != nil && int(r.h.n) == len(l.post) && l.postMatch(&r.h) {
+				dst := l.post
+				r.body, r.direct = &dst, true
+				l.post, l.postMatch = nil, nil
+				continue
+			}
+			r.body = l.t.pool.get(int(r.h.n))
 			continue
 		}
 		if r.lo > 0 {
 			r.hi = copy(r.stage, r.stage[r.lo:r.hi])
 			r.lo = 0
 		}
-		n, err := l.read(r.stage[r.hi:])
+		// After a large frame, or with a receive posted, read just the
+		// header: the payload then goes straight to its buffer, not through
+		// the stage.
+		room := len(r.stage)
+		if r.big || l.postMatch != nil {
+			room = headerSize
+		}
+		n, err := l.read(r.stage[r.hi:room])
 		if err == errAgain {
 			return frames, nil
 		}
@@ -378,6 +406,25 @@ func (l *tcpLink) release() {
 }
 
 func (l *tcpLink) peek() (header, bool) { return l.q.peek() }
+
+// postRecv posts dst for the payload of the next frame that match accepts, if
+// that frame is still unread: nothing is queued and no payload is half read, so
+// that the next frame read is the next the peer sent. The caller has no frame
+// from this peer waiting elsewhere that match would accept, and calls unpostRecv
+// once it has its frame (which, if the post took it, is dst itself).
+func (l *tcpLink) postRecv(dst []byte, match func(h *header) bool) {
+	l.rmu.Lock()
+	if _, queued := l.q.peek(); !queued && l.rd.body == nil && l.rd.err == nil {
+		l.post, l.postMatch = dst, match
+	}
+	l.rmu.Unlock()
+}
+
+func (l *tcpLink) unpostRecv() {
+	l.rmu.Lock()
+	l.post, l.postMatch = nil, nil
+	l.rmu.Unlock()
+}
 
 func (l *tcpLink) reserve(ctx context.Context, n int) ([]byte, error) {
 	if n > l.t.maxP {

@@ -96,29 +96,27 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 			ask[i] = int64(indices[k] % d.capacity)
 		}
 		asked := make([]int64, wants(peer, d.rank))
-		steps := []func() error{
-			func() error { return sendIf(cctx, d.comm, ask, peer, tagCollectRequest) },
-			func() error { return recvIf(cctx, d.comm, asked, peer, tagCollectRequest) },
-			func() error { return d.serve(cctx, peer, asked, plans) },
-			func() error {
-				err := d.receive(cctx, peer, byOwner[peer], indices, plans, dst)
-				if err != nil && missing == nil && !isCommErr(err) {
-					missing = err
-					return nil
-				}
+		if first {
+			if err := sendIf(cctx, d.comm, ask, peer, tagCollectRequest); err != nil {
 				return err
-			},
-		}
-		order := []int{0, 1, 2, 3}
-		if !first {
-			order = []int{1, 0, 3, 2}
-		}
-		for _, i := range order {
-			if err := steps[i](); err != nil {
+			}
+			if err := recvIf(cctx, d.comm, asked, peer, tagCollectRequest); err != nil {
+				return err
+			}
+		} else {
+			if err := recvIf(cctx, d.comm, asked, peer, tagCollectRequest); err != nil {
+				return err
+			}
+			if err := sendIf(cctx, d.comm, ask, peer, tagCollectRequest); err != nil {
 				return err
 			}
 		}
-		return nil
+		err := d.swapRows(cctx, peer, asked, byOwner[peer], indices, plans, dst)
+		if err != nil && missing == nil && !isCommErr(err) {
+			missing = err
+			return nil
+		}
+		return err
 	})
 	wg.Wait()
 	switch {
@@ -272,21 +270,23 @@ func recvIf(ctx context.Context, c *collective.Comm, buf []int64, peer, tag int)
 	return collective.Recv(ctx, c, buf, peer, tag)
 }
 
-// serve sends peer the rows it asked for: a status byte per row, then the window
-// of every column of every readable row, straight from the pinned blocks.
-func (d *DistTable) serve(ctx context.Context, peer int, rows []int64, plans []colPlan) error {
-	if len(rows) == 0 {
+// swapRows sends peer the rows it asked for (asked: local indices) and takes
+// the rows this rank asked peer for into their places in dst, both at once
+// (collective.SendRecv): first a status byte per row, then the window of every
+// column of every readable row, straight from the pinned blocks into dst.
+func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, positions []int, indices []int, plans []colPlan, dst [][]byte) error {
+	if len(asked) == 0 && len(positions) == 0 {
 		return nil
 	}
-	status := make([]byte, len(rows))
-	blocks := make([]func(int) []byte, len(rows))
-	dones := make([]func(), 0, len(rows))
+	status := make([]byte, len(asked))
+	blocks := make([]func(int) []byte, len(asked))
+	dones := make([]func(), 0, len(asked))
 	defer func() {
 		for _, done := range dones {
 			done()
 		}
 	}()
-	for i, r := range rows {
+	for i, r := range asked {
 		block, done, err := d.st.pinRow(int(r))
 		if err != nil {
 			continue
@@ -294,109 +294,108 @@ func (d *DistTable) serve(ctx context.Context, peer int, rows []int64, plans []c
 		status[i], blocks[i] = 1, block
 		dones = append(dones, done)
 	}
-	if err := collective.Send(ctx, d.comm, status, peer, tagCollectStatus); err != nil {
+	got := make([]byte, len(positions))
+	if err := collective.SendRecv(ctx, d.comm, nonEmpty(status), nonEmpty(got), peer, tagCollectStatus); err != nil {
 		return err
 	}
-	if staged(plans) {
+	var send, recv [][]byte
+	packed := make([][]byte, len(plans)) // staged: column c's rows from peer, packed
+	staging := staged(plans)
+	if staging {
 		// Small rows: one message per column, the rows packed in order.
-		ok := len(dones)
-		for _, p := range plans {
+		ok, okIn := len(dones), 0
+		for _, st := range got {
+			okIn += int(st)
+		}
+		out := stage(&d.stageOut, ok*packedRow(plans))[:0]
+		in := stage(&d.stageIn, okIn*packedRow(plans))
+		for c, p := range plans {
 			n := p.avail * p.frameBytes
 			if n == 0 {
 				continue
 			}
-			buf := stage(&d.stageOut, ok*n)[:0]
-			for i := range rows {
-				if status[i] != 0 {
-					buf = append(buf, blocks[i](p.col)[p.first*p.frameBytes:p.first*p.frameBytes+n]...)
+			if ok > 0 {
+				lo := len(out)
+				for i := range asked {
+					if status[i] != 0 {
+						out = append(out, blocks[i](p.col)[p.first*p.frameBytes:p.first*p.frameBytes+n]...)
+					}
 				}
+				send = append(send, out[lo:])
 			}
-			if err := collective.Send(ctx, d.comm, buf, peer, tagCollectData); err != nil {
-				return err
+			if okIn > 0 {
+				packed[c] = in[:okIn*n]
+				recv = append(recv, packed[c])
+				in = in[okIn*n:]
 			}
 		}
-		return nil
-	}
-	for i := range rows {
-		if status[i] == 0 {
-			continue
-		}
-		for _, p := range plans {
-			if p.avail == 0 {
+	} else {
+		for i := range asked {
+			if status[i] == 0 {
 				continue
 			}
-			src := blocks[i](p.col)[p.first*p.frameBytes : (p.first+p.avail)*p.frameBytes]
-			if err := collective.Send(ctx, d.comm, src, peer, tagCollectData); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// receive takes the rows this rank asked peer for into their places in dst.
-func (d *DistTable) receive(ctx context.Context, peer int, positions []int, indices []int, plans []colPlan, dst [][]byte) error {
-	if len(positions) == 0 {
-		return nil
-	}
-	status := make([]byte, len(positions))
-	if err := collective.Recv(ctx, d.comm, status, peer, tagCollectStatus); err != nil {
-		return err
-	}
-	var missing error
-	if staged(plans) {
-		ok := 0
-		for _, st := range status {
-			ok += int(st)
-		}
-		for c, p := range plans {
-			n := p.avail * p.frameBytes
-			ib := p.itemBytes()
-			var buf []byte
-			if n > 0 && ok > 0 {
-				buf = stage(&d.stageIn, ok*n)
-				if err := collective.Recv(ctx, d.comm, buf, peer, tagCollectData); err != nil {
-					return err
+			for _, p := range plans {
+				if p.avail > 0 {
+					send = append(send, blocks[i](p.col)[p.first*p.frameBytes:(p.first+p.avail)*p.frameBytes])
 				}
-			}
-			j := 0
-			for i, k := range positions {
-				out := dst[c][k*ib : (k+1)*ib]
-				if status[i] == 0 {
-					clear(out)
-					continue
-				}
-				copy(out[p.readAt:p.readAt+n], buf[j*n:(j+1)*n])
-				clear(out[p.zeroAt : p.zeroAt+ib-n])
-				j++
 			}
 		}
 		for i, k := range positions {
-			if status[i] == 0 && missing == nil {
-				missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there (deleted since it was sampled?)", d.t.name, indices[k], peer)}
+			if got[i] == 0 {
+				continue
+			}
+			for c, p := range plans {
+				if n := p.avail * p.frameBytes; n > 0 {
+					ib := p.itemBytes()
+					recv = append(recv, dst[c][k*ib+p.readAt:k*ib+p.readAt+n])
+				}
 			}
 		}
-		return missing
 	}
+	if err := collective.SendRecv(ctx, d.comm, send, recv, peer, tagCollectData); err != nil {
+		return err
+	}
+	// Unpack (staged), pad, and clear the rows the owner could not read.
+	var missing error
+	j := 0
 	for i, k := range positions {
 		for c, p := range plans {
 			ib := p.itemBytes()
 			out := dst[c][k*ib : (k+1)*ib]
-			n := p.avail * p.frameBytes
-			if status[i] == 0 {
+			if got[i] == 0 {
 				clear(out)
 				continue
 			}
-			if n > 0 {
-				if err := collective.Recv(ctx, d.comm, out[p.readAt:p.readAt+n], peer, tagCollectData); err != nil {
-					return err
-				}
+			n := p.avail * p.frameBytes
+			if staging && n > 0 {
+				copy(out[p.readAt:p.readAt+n], packed[c][j*n:(j+1)*n])
 			}
 			clear(out[p.zeroAt : p.zeroAt+ib-n])
 		}
-		if status[i] == 0 && missing == nil {
-			missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there (deleted since it was sampled?)", d.t.name, indices[k], peer)}
+		if got[i] == 0 {
+			if missing == nil {
+				missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there (deleted since it was sampled?)", d.t.name, indices[k], peer)}
+			}
+			continue
 		}
+		j++
 	}
 	return missing
+}
+
+// nonEmpty is b as a list of one buffer, or no buffers when b is empty.
+func nonEmpty(b []byte) [][]byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return [][]byte{b}
+}
+
+// packedRow is how many bytes one row takes in the staged messages.
+func packedRow(plans []colPlan) int {
+	n := 0
+	for _, p := range plans {
+		n += p.avail * p.frameBytes
+	}
+	return n
 }
