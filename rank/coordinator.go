@@ -188,6 +188,10 @@ func (c *Coordinator) heartbeat() {
 	defer c.wg.Done()
 	tick := time.NewTicker(c.cfg.Heartbeat)
 	defer tick.Stop()
+	// A coordinator that did not run for a while (an overloaded host) has not
+	// read what the ranks sent meanwhile either: silence is counted from the
+	// end of such a stall, not from before it.
+	prev, since := time.Now().UnixNano(), int64(0)
 	for {
 		select {
 		case <-c.stop:
@@ -195,6 +199,10 @@ func (c *Coordinator) heartbeat() {
 		case <-tick.C:
 		}
 		now := time.Now().UnixNano()
+		if time.Duration(now-prev) > 2*c.cfg.Heartbeat {
+			since = now
+		}
+		prev = now
 		var post []func()
 		var drop []*coordConn
 		c.mu.Lock()
@@ -211,7 +219,7 @@ func (c *Coordinator) heartbeat() {
 			if st.phase != phaseJoined {
 				continue
 			}
-			if time.Duration(now-st.conn.lastSeen.Load()) > c.cfg.HeartbeatTimeout {
+			if time.Duration(now-max(st.conn.lastSeen.Load(), since)) > c.cfg.HeartbeatTimeout {
 				h := HostName(c.peers[r].Host)
 				if _, ok := silent[h]; !ok {
 					hosts = append(hosts, h)
@@ -364,7 +372,7 @@ func (c *Coordinator) serve(cc *coordConn) {
 		if !proven {
 			c.pending--
 		}
-		if rank >= 0 && c.ranks[rank].conn == cc && c.ranks[rank].phase == phaseJoined {
+		if rank >= 0 && !c.closed && c.ranks[rank].conn == cc && c.ranks[rank].phase == phaseJoined {
 			if c.cfg.ExitReports && !c.closed {
 				c.wg.Add(1)
 				time.AfterFunc(ExitReportWait, func() {

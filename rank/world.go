@@ -766,8 +766,23 @@ func (w *World) readLoop() {
 	defer w.wg.Done()
 	buf := make([]byte, 0, 512)
 	for {
+		// Wait for the next frame's first byte (consuming nothing), then read
+		// the frame; the coordinator's pings keep a healthy connection busy.
 		w.conn.SetReadDeadline(time.Now().Add(w.heartbeatTimeout))
-		typ, p, err := readFrameMax(w.reader, buf, maxRequestFrame)
+		_, err := w.reader.Peek(1)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A rank that was not scheduled for a while wakes up to an expired
+			// deadline with the coordinator's pings unread: look once more,
+			// briefly, before giving up on it.
+			w.conn.SetReadDeadline(time.Now().Add(w.heartbeatTimeout / 4))
+			_, err = w.reader.Peek(1)
+		}
+		var typ byte
+		var p []byte
+		if err == nil {
+			w.conn.SetReadDeadline(time.Now().Add(w.heartbeatTimeout))
+			typ, p, err = readFrameMax(w.reader, buf, maxRequestFrame)
+		}
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				err = fmt.Errorf("no word from it at %s for %v (its host unreachable?)", w.info.RdzvAddr, w.heartbeatTimeout)
