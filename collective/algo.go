@@ -480,3 +480,174 @@ func dissemination(x *call, g group) error {
 	}
 	return nil
 }
+
+// halvingAllReduce is the AllReduce of Rabenseifner: a reduce-scatter by
+// recursive halving (log2 p exchanges, each of half the data of the one
+// before), then an allgather by recursive doubling, among the largest power of
+// two p of ranks; the ranks beyond it are folded into their neighbours first
+// and sent the result last, as in rdAllReduce. It moves as many bytes as the
+// ring but in 2 log2(p) steps instead of 2(n-1), each between a pair of ranks
+// rather than around the whole ring: over TCP, where every step costs a round
+// of system calls and, on an oversubscribed host, of context switches, that
+// pays from a few hundred KiB (docs/collectives.md). Every block is reduced
+// on one rank and copied to the others, so all ranks end bit for bit equal.
+//
+// Like the ring, it works in rounds of a chunk per rank of the power of two,
+// so that a round's blocks stay in cache from one step to the next.
+func halvingAllReduce(x *call, g group, buf []byte) error {
+	n := g.n()
+	if n == 1 {
+		return nil
+	}
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	round := x.chunk / x.es * p * x.es
+	for base := 0; base < len(buf); base += round {
+		if err := halvingRound(x, g, p, buf[base:min(base+round, len(buf))]); err != nil {
+			return err
+		}
+	}
+	if len(buf) == 0 {
+		return halvingRound(x, g, p, buf)
+	}
+	return nil
+}
+
+// halvingRound is one round of halvingAllReduce, among the power of two p of
+// ranks.
+func halvingRound(x *call, g group, p int, buf []byte) error {
+	n, me := g.n(), g.me
+	rem := n - p
+	es := x.es
+	count := len(buf) / es
+	step := func(s, k int) uint32 { return uint32(s<<16 | k) }
+	// The folding exchange is step 0; the halving and doubling steps follow;
+	// the last is the unfolding.
+	last := 1
+	for m := 1; m < p; m <<= 1 {
+		last += 2
+	}
+	newme := me - rem
+	if me < 2*rem {
+		newme = -1
+		if me%2 == 0 {
+			to := g.at(me + 1)
+			for k := range x.pieces(len(buf)) {
+				if err := x.send(to, step(0, k), x.piece(buf, k)); err != nil {
+					return err
+				}
+			}
+		} else {
+			from := g.at(me - 1)
+			for k := range x.pieces(len(buf)) {
+				mine := x.piece(buf, k)
+				in, err := x.recv(from, step(0, k), len(mine))
+				if err != nil {
+					return err
+				}
+				x.k(mine, mine, in)
+				x.release(from)
+			}
+			newme = me / 2
+		}
+	}
+	if newme >= 0 {
+		// real is the group index of virtual rank v.
+		real := func(v int) int {
+			if v < rem {
+				return 2*v + 1
+			}
+			return v + rem
+		}
+		// blocks returns the bytes of blocks [a, b) of p.
+		blocks := func(a, b int) []byte {
+			lo, _ := part(count, p, a)
+			_, hi := part(count, p, b-1)
+			return buf[lo*es : hi*es]
+		}
+		lo, hi := 0, p
+		s := 1
+		for mask := p / 2; mask >= 1; mask >>= 1 {
+			peer := g.at(real(newme ^ mask))
+			mid := (lo + hi) / 2
+			keep, give := blocks(lo, mid), blocks(mid, hi)
+			if newme&mask == 0 {
+				hi = mid
+			} else {
+				keep, give = give, keep
+				lo = mid
+			}
+			for k := range max(x.pieces(len(keep)), x.pieces(len(give))) {
+				if k < x.pieces(len(give)) {
+					if err := x.send(peer, step(s, k), x.piece(give, k)); err != nil {
+						return err
+					}
+				}
+				if k < x.pieces(len(keep)) {
+					mine := x.piece(keep, k)
+					in, err := x.recv(peer, step(s, k), len(mine))
+					if err != nil {
+						return err
+					}
+					x.k(mine, mine, in)
+					x.release(peer)
+				}
+			}
+			s++
+		}
+		for mask := 1; mask < p; mask <<= 1 {
+			peer := g.at(real(newme ^ mask))
+			mine := blocks(lo, hi)
+			var theirs []byte
+			if newme&mask == 0 {
+				theirs = blocks(hi, hi+(hi-lo))
+				hi += hi - lo
+			} else {
+				theirs = blocks(lo-(hi-lo), lo)
+				lo -= hi - lo
+			}
+			for k := range max(x.pieces(len(mine)), x.pieces(len(theirs))) {
+				if k < x.pieces(len(mine)) {
+					if err := x.send(peer, step(s, k), x.piece(mine, k)); err != nil {
+						return err
+					}
+				}
+				if k < x.pieces(len(theirs)) {
+					if err := x.recvCopy(peer, step(s, k), x.piece(theirs, k)); err != nil {
+						return err
+					}
+				}
+			}
+			s++
+		}
+	}
+	if me < 2*rem {
+		if me%2 == 1 {
+			return x.sendPieces2(g.at(me-1), step(last, 0), buf)
+		}
+		return x.recvPieces2(g.at(me+1), step(last, 0), buf)
+	}
+	return nil
+}
+
+// sendPieces2 and recvPieces2 are sendPieces and recvPieces with frames
+// numbered from first.
+func (x *call) sendPieces2(to int, first uint32, b []byte) error {
+	for k := range x.pieces(len(b)) {
+		if err := x.send(to, first+uint32(k), x.piece(b, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *call) recvPieces2(from int, first uint32, b []byte) error {
+	for k := range x.pieces(len(b)) {
+		if err := x.recvCopy(from, first+uint32(k), x.piece(b, k)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

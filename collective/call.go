@@ -21,10 +21,11 @@ const (
 	algoPairwise
 	algoHier
 	algoDissemination
+	algoHalving
 )
 
 func (a algo) String() string {
-	return [...]string{"none", "ring", "recursive doubling", "binomial tree", "pipelined chain", "linear", "pairwise", "hierarchical", "dissemination"}[min(int(a), 8)]
+	return [...]string{"none", "ring", "recursive doubling", "binomial tree", "pipelined chain", "linear", "pairwise", "hierarchical", "dissemination", "recursive halving"}[min(int(a), 9)]
 }
 
 // call is the state of the collective in progress on a communicator.

@@ -57,8 +57,18 @@ func (c *Comm) allReduce(x *call, buf []byte) error {
 		x.h.algo = algoRecDoubling
 		return rdAllReduce(x, c.all(), buf)
 	}
+	if c.overTCP() {
+		x.h.algo = algoHalving
+		return halvingAllReduce(x, c.all(), buf)
+	}
 	x.h.algo = algoRing
 	return ringAllReduce(x, c.all(), buf)
+}
+
+// overTCP reports whether the communicator's ranks talk TCP: every rank on a
+// host of its own, or TCP asked for. Every rank computes the same.
+func (c *Comm) overTCP() bool {
+	return c.cfg.loopback == nil && (c.cfg.transport == TransportTCP || len(c.hosts) == c.size || !shmAvailable())
 }
 
 // hierAllReduce: reduce to the first rank of every host, allreduce among those
@@ -90,10 +100,11 @@ func (c *Comm) hierAllReduce(x *call, buf []byte, small bool) error {
 	if leaders.me >= 0 {
 		x.base = 1 << 20
 		var err error
+		// The leaders are on different hosts: TCP's algorithms.
 		if small {
 			err = rdAllReduce(x, leaders, buf)
 		} else {
-			err = ringAllReduce(x, leaders, buf)
+			err = halvingAllReduce(x, leaders, buf)
 		}
 		if err != nil {
 			return err
