@@ -44,13 +44,48 @@ func (x *call) piece(b []byte, k int) []byte {
 
 // recvCopy receives frame step of len(dst) bytes from rank from into dst.
 func (x *call) recvCopy(from int, step uint32, dst []byte) error {
+	posted := x.post(from, step, dst)
 	in, err := x.recv(from, step, len(dst))
+	if posted {
+		x.c.in[from].l.(postLink).unpostRecv()
+	}
 	if err != nil {
 		return err
 	}
-	copy(dst, in)
+	if !same(in, dst) {
+		copy(dst, in)
+	}
 	x.release(from)
 	return nil
+}
+
+// postMin: smaller frames are read through the link's own buffers (a lone
+// header read costs a system call more).
+const postMin = 16 << 10
+
+// post asks a link that can (TCP) to read the payload of frame step from rank
+// from straight into dst, if that frame is still unread; the caller unposts
+// once it has the frame. Not while frames of collectives wait in the stash:
+// the frame might be among them.
+func (x *call) post(from int, step uint32, dst []byte) bool {
+	if len(dst) < postMin {
+		return false
+	}
+	in := &x.c.in[from]
+	pl, ok := in.l.(postLink)
+	if !ok {
+		return false
+	}
+	for i := range in.stash {
+		if in.stash[i].h.kind != kindP2P {
+			return false
+		}
+	}
+	want := x.frame(step, len(dst))
+	pl.postRecv(dst, func(h *header) bool {
+		return h.sameCall(&want) && h.algo == want.algo && h.step == want.step && h.n == want.n
+	})
+	return true
 }
 
 // sendPieces sends b to rank to as frames 0, 1, ... of at most a chunk each;
@@ -80,11 +115,17 @@ func (x *call) relay(from int, step uint32, dst []byte, to int, next uint32, pas
 	if !pass {
 		return x.recvCopy(from, step, dst)
 	}
+	posted := x.post(from, step, dst)
 	in, err := x.recv(from, step, len(dst))
+	if posted {
+		x.c.in[from].l.(postLink).unpostRecv()
+	}
 	if err != nil {
 		return err
 	}
-	copy(dst, in)
+	if !same(in, dst) {
+		copy(dst, in)
+	}
 	if _, ok := x.c.links[to].(directLink); ok {
 		x.release(from)
 		return x.send(to, next, dst)
