@@ -157,10 +157,11 @@ func Recv[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 // SendRecv sends the buffers of send, in order, to rank peer and receives the
 // peer's buffers into those of recv, in order, in one call: the peer makes the
 // mirror call with the same tag, its send matching this rank's recv buffer for
-// buffer in length (and its recv this rank's send). The lower rank sends
-// first. Over TCP a buffer's bytes go from the socket straight into it (no
-// staging buffer) when its frame is read by the call; after an error, the
-// contents of recv are undefined until the communicator is closed.
+// buffer in length (and its recv this rank's send). Over TCP both directions
+// move at once, on the calling goroutine: many frames per writev straight from
+// send, payloads read from the socket straight into recv; elsewhere the lower
+// rank sends first. After an error, the contents of recv are undefined until
+// the communicator is closed.
 //
 // Errors: a mismatch (*MismatchError) when the peer's buffers differ in
 // length; the communicator's errors.

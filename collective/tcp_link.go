@@ -541,3 +541,86 @@ func (l *tcpLink) writeFailed(err error) error {
 	l.t.fail(lost)
 	return lost
 }
+
+// tryNext takes the next frame from the peer if one is queued or the socket
+// holds one whole, without waiting.
+func (l *tcpLink) tryNext() (header, []byte, bool, error) {
+	f, ok := l.q.tryPop()
+	if !ok && l.rmu.TryLock() {
+		l.lastRead.Store(l.now())
+		_, err := l.pump(false)
+		l.rmu.Unlock()
+		if f, ok = l.q.tryPop(); !ok && err != nil {
+			return header{}, nil, false, err
+		}
+	}
+	if !ok {
+		return header{}, nil, false, nil
+	}
+	l.cur = f
+	return f.h, f.buf, true, nil
+}
+
+// outFrame is a frame to write: its encoded header and its payload.
+type outFrame struct {
+	h [headerSize]byte
+	p []byte
+}
+
+// maxWriteFrames bounds the frames one writev takes.
+const maxWriteFrames = 32
+
+// writeFrames writes as much of fs as the socket takes now, from byte off of
+// fs[0] on, in one writev; it returns how many bytes it wrote.
+func (l *tcpLink) writeFrames(fs []outFrame, off int) (int, error) {
+	var iov [2 * maxWriteFrames]unix.Iovec
+	n := 0
+	for i := range min(len(fs), maxWriteFrames) {
+		h, p := fs[i].h[:], fs[i].p
+		if i == 0 {
+			if off < headerSize {
+				h = h[off:]
+			} else {
+				h, p = nil, p[off-headerSize:]
+			}
+		}
+		if len(h) > 0 {
+			iov[n].Base = unsafe.SliceData(h)
+			iov[n].SetLen(len(h))
+			n++
+		}
+		if len(p) > 0 {
+			iov[n].Base = unsafe.SliceData(p)
+			iov[n].SetLen(len(p))
+			n++
+		}
+	}
+	for {
+		r, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(l.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(n))
+		runtime.KeepAlive(fs)
+		switch e {
+		case 0:
+			return int(r), nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return 0, nil
+		}
+		return 0, l.writeFailed(e)
+	}
+}
+
+// waitIO waits, for at most writeSlice, until the socket is readable, or
+// writable with out.
+func (l *tcpLink) waitIO(out bool) error {
+	ev := int16(unix.POLLIN)
+	if out {
+		ev |= unix.POLLOUT
+	}
+	l.lastRead.Store(l.now())
+	fds := []unix.PollFd{{Fd: int32(l.fd), Events: ev}}
+	if _, err := unix.Poll(fds, int(writeSlice/time.Millisecond)); err != nil && err != unix.EINTR {
+		return l.writeFailed(err)
+	}
+	return nil
+}
