@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 //
 //	gearbench sample [--n 1000000] [--batch 1024] [--iters 50] [--json]
 //	gearrun -np 4 gearbench sample --json
-//	gearbench collect [--sizes 4K,64K,1M] [--items 256] [--iters 20] [--json]
+//	gearbench collect [--sizes 4K,64K,1M] [--items 256] [--iters 20] [--bind none|core|auto] [--json]
 //
 // sample: N items (split evenly over the ranks) with random priorities; per mode,
 // the median time of a batch of B over --iters batches, as items/s (a batch is the
@@ -35,7 +36,11 @@ import (
 // collect: every rank fills a store shard with --items trajectories of each size;
 // local collects all of them from the rank's own shard, remote (with two ranks or
 // more) all of the next rank's; copy is a plain loop of copy() over the same
-// blocks into the same buffer, the bound for local collection.
+// blocks into the same buffer, the bound for local collection. With two ranks or
+// more, allreduce runs --items AllReduce calls of one trajectory's size on the
+// same communicator, in turn with the others, and its line gives their bus
+// bandwidth (nccl-tests' algbw x 2(n-1)/n): the transport's own bandwidth at
+// that size, which the remote line's busbw_share compares with.
 
 type worldHandle struct {
 	w    *rank.World
@@ -266,8 +271,14 @@ func benchCollect(args []string, out io.Writer) error {
 	iters := fs.Int("iters", 20, "timed collections per size and kind (the median is reported)")
 	jsonOut := fs.Bool("json", false, "print one JSON object per line")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	bind := fs.String("bind", "none", "pin every rank to one core: none, core, or auto (when the host has a core per rank, as gearbench allreduce does)")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%v (flags: --sizes LIST --items N --iters K --json --timeout D)", err)
+		return fmt.Errorf("%v (flags: --sizes LIST --items N --iters K --json --timeout D --bind none|core|auto)", err)
+	}
+	switch *bind {
+	case "auto", "core", "none":
+	default:
+		return fmt.Errorf("--bind %q: want none, core or auto", *bind)
 	}
 	sizes, err := parseSizes(*sizesFlag)
 	if err != nil {
@@ -283,6 +294,11 @@ func benchCollect(args []string, out io.Writer) error {
 		return err
 	}
 	defer h.close()
+	if *bind == "core" || *bind == "auto" && h.w.LocalSize() <= runtime.NumCPU() {
+		if err := bindToCore(h.w.LocalRank() % runtime.NumCPU()); err != nil {
+			return err
+		}
+	}
 	em := emitter{w: out, json: *jsonOut}
 	for _, size := range sizes {
 		res, err := collectOneSize(ctx, h, size, *items, *iters)
@@ -292,14 +308,29 @@ func benchCollect(args []string, out io.Writer) error {
 		if h.rank() != 0 {
 			continue
 		}
-		for _, kind := range []string{"copy", "local", "remote"} {
+		total := size * *items
+		busbw := 0.0
+		if sec, ok := res["allreduce"]; ok && sec > 0 {
+			n := float64(h.size())
+			busbw = float64(total) / sec * 2 * (n - 1) / n
+		}
+		for _, kind := range []string{"copy", "local", "remote", "allreduce"} {
 			sec, ok := res[kind]
 			if !ok {
 				continue
 			}
-			total := size * *items
-			if err := em.emit(kv{"bench", "collect"}, kv{"kind", kind}, kv{"np", h.size()}, kv{"items", *items},
-				kv{"bytes", size}, kv{"seconds", sec}, kv{"bytes_per_s", float64(total) / sec}); err != nil {
+			rate := float64(total) / sec
+			fields := []kv{{"bench", "collect"}, {"kind", kind}, {"np", h.size()}, {"items", *items},
+				{"bytes", size}, {"seconds", sec}}
+			switch {
+			case kind == "allreduce":
+				fields = append(fields, kv{"busbw", busbw})
+			case kind == "remote" && busbw > 0:
+				fields = append(fields, kv{"bytes_per_s", rate}, kv{"busbw_share", rate / busbw})
+			default:
+				fields = append(fields, kv{"bytes_per_s", rate})
+			}
+			if err := em.emit(fields...); err != nil {
 				return err
 			}
 		}
@@ -391,6 +422,18 @@ func collectOneSize(ctx context.Context, h worldHandle, size, items, iters int) 
 		next := (h.rank() + 1) % h.size()
 		kinds = append(kinds, &kind{name: "remote", owner: next, run: collectFrom(next)})
 	}
+	var arBuf []float32
+	allReduce := func() error {
+		for range items {
+			if err := collective.AllReduce(ctx, h.comm, arBuf, collective.Sum); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if h.size() > 1 {
+		arBuf = make([]float32, size/4)
+	}
 	// A checked call of each kind, then the kinds take turns, so that they are
 	// timed under the same conditions.
 	for _, k := range kinds {
@@ -401,6 +444,10 @@ func collectOneSize(ctx context.Context, h worldHandle, size, items, iters int) 
 		if err := check(dst[0], k.owner); err != nil {
 			return nil, fmt.Errorf("%s: %w", k.name, err)
 		}
+	}
+	if h.size() > 1 {
+		// Not checked: the allreduce benchmark checks AllReduce.
+		kinds = append(kinds, &kind{name: "allreduce", run: allReduce})
 	}
 	for range iters {
 		for _, k := range kinds {
