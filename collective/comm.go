@@ -33,6 +33,10 @@ type Comm struct {
 	cfg   config
 	spin  time.Duration // resolved Tuning.Spin
 	local int           // ranks of the world on this host (for Split)
+	// cpuRanks: ranks of the world that share this machine's CPUs (under
+	// one kernel: hosts in network namespaces of one machine count together);
+	// more than the CPUs makes waits yield.
+	cpuRanks int
 
 	hostOf []int   // host index of every rank
 	hosts  [][]int // ranks of every host, hosts in order of their first rank
@@ -82,6 +86,7 @@ type peerInfo struct {
 	TCP    string `json:"tcp,omitempty"`
 	Nonce  []byte `json:"nonce,omitempty"`
 	Seg    string `json:"seg,omitempty"`
+	Boot   string `json:"boot,omitempty"` // the kernel's boot ID: ranks with equal ones share CPUs
 	Mode   string `json:"mode"`
 	Loop   bool   `json:"loop,omitempty"`
 	Tuning Tuning `json:"tuning"`
@@ -241,7 +246,7 @@ func (e *bootExchange) barrier(ctx context.Context) error {
 // prepare makes what this rank must publish before it knows its peers: a TCP
 // listener and the name of its shared-memory inbox.
 func (c *Comm) prepare() (peerInfo, *tcpTransport, error) {
-	info := peerInfo{Host: c.boot.Host(), PID: os.Getpid(), Mode: c.cfg.transport, Tuning: c.cfg.tuning}
+	info := peerInfo{Host: c.boot.Host(), PID: os.Getpid(), Boot: bootID(), Mode: c.cfg.transport, Tuning: c.cfg.tuning}
 	if c.cfg.loopback != nil {
 		info.Loop = true
 		info.Mode = "loopback"
@@ -335,7 +340,17 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 	if c.local == 0 {
 		c.local = len(c.hosts[c.hostOf[c.rank]])
 	}
-	c.spin = c.cfg.tuning.spinFor(c.local)
+	if c.cpuRanks == 0 {
+		// Ranks in other network namespaces of this machine are other hosts
+		// but share its CPUs: count the ranks under this kernel.
+		for _, in := range infos {
+			if in.Boot == me.Boot && (in.Boot != "" || in.Host == me.Host) {
+				c.cpuRanks++
+			}
+		}
+		c.cpuRanks = max(c.cpuRanks, c.local)
+	}
+	c.spin = c.cfg.tuning.spinFor(c.cpuRanks)
 	c.links = make([]link, c.size)
 	maxP := c.cfg.tuning.ChunkBytes
 
@@ -399,14 +414,14 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 		var st *shmTransport
 		if len(shmPeers) > 1 {
 			var err error
-			st, err = newShmTransport(meLocal, shmPeers, c.cfg.tuning.RingBytes, maxP, c.spin, c.local > runtime.NumCPU(), c.sig, c.pool, c.lostError)
+			st, err = newShmTransport(meLocal, shmPeers, c.cfg.tuning.RingBytes, maxP, c.spin, c.cpuRanks > runtime.NumCPU(), c.sig, c.pool, c.lostError)
 			if err != nil {
 				return err
 			}
 			c.trans = append(c.trans, st)
 		}
 		if len(tcpPeers) > 0 {
-			tt.spin, tt.yield = c.spin, c.local > runtime.NumCPU()
+			tt.spin, tt.yield = c.spin, c.cpuRanks > runtime.NumCPU()
 			for _, p := range tcpPeers {
 				if infos[p.rank].Host == me.Host && infos[p.rank].PID == me.PID {
 					tt.gosched = true // peers are goroutines of this process
@@ -555,3 +570,12 @@ func (c *Comm) Close() error {
 	})
 	return nil
 }
+
+// bootID is the running kernel's boot ID (Linux), or "".
+var bootID = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})

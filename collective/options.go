@@ -39,7 +39,8 @@ type Tuning struct {
 	// Negative: never.
 	StreamBytes int
 	// Spin is how long a wait on shared memory polls before it sleeps on a
-	// futex. On an oversubscribed host (more ranks of the world on it than CPUs)
+	// futex. On an oversubscribed machine (more ranks of the world under its
+	// kernel than CPUs, counting ranks in its other network namespaces)
 	// a wait polls with sched_yield, so that the rank it waits for can have the
 	// CPU. Negative: the default, 2ms oversubscribed and 5ms otherwise.
 	Spin time.Duration
@@ -102,7 +103,7 @@ func (t Tuning) byeTimeout() time.Duration {
 // frameAlignment is the padding a frame header adds in a ring, at most.
 const frameAlignment = 64 + headerSize
 
-// spinFor resolves Spin for a host with local ranks. A futex wakeup took about
+// spinFor resolves Spin for a machine whose CPUs local ranks share. A futex wakeup took about
 // half a millisecond on the 2-core host measured (docs/collectives.md): a spin
 // shorter than that let two ranks fall into waking each other up on every
 // message, so the default spins well past it.

@@ -57,7 +57,7 @@ func (c *Comm) split(x *call, color, key int) (*Comm, error) {
 		}
 		id := fmt.Sprintf("%s.%dc%d", c.id, c.splits, color)
 		sub = newComm(id, slices.Index(members, c.rank), len(members), world, c.boot, c.cfg)
-		sub.local = c.local
+		sub.local, sub.cpuRanks = c.local, c.cpuRanks
 		var err error
 		info, tt, err = sub.prepare()
 		if err != nil {
