@@ -19,7 +19,7 @@ import (
 )
 
 // TestMultiHost runs a job whose ranks sit on two "hosts": two network
-// namespaces joined by a veth pair, two ranks in each. Ranks of one namespace
+// namespaces joined through a bridge (veth pairs), two ranks in each. Ranks of one namespace
 // share memory; across the pair they talk TCP; AllReduce is hierarchical. The test
 // needs root (ip netns add); elsewhere it is skipped with a message.
 //
@@ -66,8 +66,10 @@ func TestMultiHost(t *testing.T) {
 	}
 }
 
-// makeNamespaces creates two namespaces joined by a veth pair, removed when t
-// ends, or skips t.
+// makeNamespaces creates two namespaces, each joined by a veth pair to a
+// bridge in a third (the switch between two hosts), in 10.237.N.0/24; all are
+// removed when t ends (deleting a namespace deletes the veth ends and the
+// bridge in it). Without root or iproute2, t is skipped.
 func makeNamespaces(t *testing.T) (nsA, nsB, ipA string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -79,9 +81,9 @@ func makeNamespaces(t *testing.T) (nsA, nsB, ipA string) {
 	var b [3]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	nsA, nsB = "gearA-"+id, "gearB-"+id
-	vA, vB := "gva"+id, "gvb"+id
-	net := fmt.Sprintf("10.%d.%d", 200+int(b[0])%50, b[1])
+	nsA, nsB, nsS := "gearA-"+id, "gearB-"+id, "gearS-"+id
+	vA, vB, sA, sB := "gva"+id, "gvb"+id, "gsa"+id, "gsb"+id
+	net := fmt.Sprintf("10.237.%d", b[0])
 	ipA, ipB := net+".1", net+".2"
 	run := func(args ...string) error {
 		out, err := exec.Command("ip", args...).CombinedOutput()
@@ -94,9 +96,11 @@ func makeNamespaces(t *testing.T) (nsA, nsB, ipA string) {
 		t.Skipf("multi-host test: cannot create network namespaces here: %v", err)
 	}
 	t.Cleanup(func() {
-		run("netns", "del", nsA)
-		run("netns", "del", nsB)
-		// Deleting the namespaces removes the veth pair; check nothing is left.
+		for _, ns := range []string{nsA, nsB, nsS} {
+			run("netns", "del", ns)
+		}
+		// Deleting the namespaces removes the veth pairs and the bridge;
+		// check nothing is left.
 		if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), id) {
 			t.Errorf("namespaces left behind: %s", out)
 		}
@@ -106,9 +110,19 @@ func makeNamespaces(t *testing.T) (nsA, nsB, ipA string) {
 	})
 	for _, args := range [][]string{
 		{"netns", "add", nsB},
-		{"link", "add", vA, "type", "veth", "peer", "name", vB},
+		{"netns", "add", nsS},
+		{"-n", nsS, "link", "add", "br0", "type", "bridge"},
+		{"-n", nsS, "link", "set", "br0", "up"},
+		{"link", "add", vA, "type", "veth", "peer", "name", sA},
+		{"link", "add", vB, "type", "veth", "peer", "name", sB},
 		{"link", "set", vA, "netns", nsA},
 		{"link", "set", vB, "netns", nsB},
+		{"link", "set", sA, "netns", nsS},
+		{"link", "set", sB, "netns", nsS},
+		{"-n", nsS, "link", "set", sA, "master", "br0"},
+		{"-n", nsS, "link", "set", sB, "master", "br0"},
+		{"-n", nsS, "link", "set", sA, "up"},
+		{"-n", nsS, "link", "set", sB, "up"},
 		{"-n", nsA, "addr", "add", ipA + "/24", "dev", vA},
 		{"-n", nsB, "addr", "add", ipB + "/24", "dev", vB},
 		{"-n", nsA, "link", "set", vA, "up"},
@@ -117,7 +131,9 @@ func makeNamespaces(t *testing.T) (nsA, nsB, ipA string) {
 		{"-n", nsB, "link", "set", "lo", "up"},
 	} {
 		if err := run(args...); err != nil {
+			// Links still in the root namespace go with their own deletion.
 			run("link", "del", vA)
+			run("link", "del", vB)
 			t.Fatal(err)
 		}
 	}
