@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		gearrunCmds.Remove()
+		multinodeCmds.Remove()
 		os.Exit(code)
 	}))
 }

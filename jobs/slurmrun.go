@@ -49,6 +49,10 @@ type SlurmRun struct {
 	// Getenv reads the environment (SLURM_*, GEAR_JOB_ID, GEAR_JOB_TOKEN); nil
 	// means os.Getenv.
 	Getenv func(string) string
+	// NodeAddr returns the address by which the other nodes reach a node of
+	// the allocation, given its name; nil means SLURM's NodeAddr for it
+	// (SlurmNodeAddr). The ranks dial the first node's.
+	NodeAddr func(ctx context.Context, node string) string
 	// Stdout and Stderr receive srun's output and gearrun's messages (nil
 	// discards).
 	Stdout, Stderr io.Writer
@@ -134,7 +138,14 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	}
 	defer coord.Close()
 	_, gotPort, _ := net.SplitHostPort(coord.Addr())
-	rdzv := net.JoinHostPort(hosts[0], gotPort)
+	nodeAddr := sr.NodeAddr
+	if nodeAddr == nil {
+		nodeAddr = SlurmNodeAddr
+	}
+	// A node's name need not resolve (nodes named apart from their hosts, as
+	// in scripts/slurm-local.sh up --nodes N): the ranks dial its address.
+	first := nodeAddr(ctx, hosts[0])
+	rdzv := net.JoinHostPort(first, gotPort)
 
 	if sr.JobDir != "" {
 		// A requeued job runs again in the same directory: forget the last run's
@@ -191,7 +202,7 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("jobs: run --slurm: %w", err)
 		}
 		release()
-		cmd.Env = append(cmd.Env, rank.EnvTorchMasterAddr+"="+hosts[0], rank.EnvTorchMasterPort+"="+strconv.Itoa(port))
+		cmd.Env = append(cmd.Env, rank.EnvTorchMasterAddr+"="+first, rank.EnvTorchMasterPort+"="+strconv.Itoa(port))
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
@@ -220,8 +231,9 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		if len(res.FailedRanks) > 0 {
 			// srun exits with the highest status of its tasks; gearrun exits
 			// with the status of the rank that failed first.
-			res.ExitCode = res.FailedRanks[0].Status
-			res.Message = fmt.Sprintf("job %s failed: %s", s.Name, res.FailedRanks[0])
+			first := firstFailure(res.FailedRanks)
+			res.ExitCode = first.Status
+			res.Message = fmt.Sprintf("job %s failed: %s", s.Name, first)
 		} else {
 			res.Message = fmt.Sprintf("job %s failed: srun: %v", s.Name, runErr)
 		}
@@ -233,6 +245,35 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// SlurmNodeAddr returns SLURM's NodeAddr for node (scontrol show node), the
+// address by which SLURM itself reaches it, or node when scontrol does not
+// answer within a few seconds or knows no address apart from the name.
+func SlurmNodeAddr(ctx context.Context, node string) string {
+	if net.ParseIP(node) != nil {
+		return node
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "scontrol", "show", "node", "--oneliner", node).Output()
+	if err != nil {
+		return node
+	}
+	if addr := nodeAddrField(string(out)); addr != "" {
+		return addr
+	}
+	return node
+}
+
+// nodeAddrField reads NodeAddr=... from a line of scontrol show node.
+func nodeAddrField(out string) string {
+	for _, f := range strings.Fields(out) {
+		if v, ok := strings.CutPrefix(f, "NodeAddr="); ok && v != "" && v != "(null)" {
+			return v
+		}
+	}
+	return ""
 }
 
 // buildPrograms builds the roles whose command names a Go package directory
@@ -316,6 +357,27 @@ func (e RankExit) String() string {
 		return who + " was killed by signal " + e.Signal
 	}
 	return fmt.Sprintf("%s exited with status %d", who, e.Status)
+}
+
+// killedWindow is how close to the earliest failure a rank killed by a signal
+// must be for firstFailure to name it instead.
+const killedWindow = time.Second
+
+// firstFailure is the failure that gearrun names, of exits sorted earliest
+// first: the earliest, unless a rank was killed by a signal within
+// killedWindow of it. The ranks that lose a peer fail within milliseconds of
+// its death, and one of them may report before the dead rank's own task has
+// reaped it; the killed rank is the cause.
+func firstFailure(exits []RankExit) RankExit {
+	for _, e := range exits {
+		if e.At.Sub(exits[0].At) > killedWindow {
+			break
+		}
+		if e.Signal != "" {
+			return e
+		}
+	}
+	return exits[0]
 }
 
 // readRankExits reads the ranks' exit records, earliest first.
@@ -462,26 +524,34 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 		return 127, fmt.Errorf("jobs: rank %d: %w", info.Rank, err)
 	}
 	err = cmd.Wait()
+	// The time of the end, not of the report: peers that lost this rank fail
+	// after it, and the first failure is the one gearrun names.
+	ended := t.now()
 	// Whatever the command left in its process group goes with it.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	if err == nil {
 		return 0, nil
 	}
-	re := RankExit{Rank: info.Rank, Role: info.Role, RoleRank: roleRank, Host: host, Status: 1}
+	re := RankExit{Rank: info.Rank, Role: info.Role, RoleRank: roleRank, Host: host, Status: 1, At: ended}
+	killed := false
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			re.Status = 128 + int(ws.Signal())
 			re.Signal = ws.Signal().String()
+			killed = ws.Signal() == syscall.SIGKILL
 		} else {
 			re.Status = exit.ExitCode()
 		}
 	}
-	if (re.Signal != "" || re.Status > 128) && ctx.Err() == nil {
+	if (re.Signal != "" || re.Status > 128) && !killed && ctx.Err() == nil {
 		// SLURM signals every process of the step at once (scancel, another
 		// rank's failure): the command may die of it (or a shell may exit
 		// 128+N) before this process has seen its own copy. Give that copy a
-		// moment to arrive.
+		// moment to arrive. SIGKILL is not such a signal: SLURM sends it only
+		// KillWait after a SIGTERM that this process would have seen, so a
+		// command killed before that was killed by something else (kill -9,
+		// the OOM killer), and its step may be ending for that very reason.
 		select {
 		case <-ctx.Done():
 		case <-time.After(signalSettle):
@@ -499,11 +569,17 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 // after its command died of a signal.
 const signalSettle = 300 * time.Millisecond
 
-func (t *SlurmTask) fail(re RankExit) {
+func (t *SlurmTask) now() time.Time {
 	if t.Now != nil {
-		re.At = t.Now()
-	} else {
-		re.At = time.Now()
+		return t.Now()
+	}
+	return time.Now()
+}
+
+// fail reports re, stamped now unless it has its time.
+func (t *SlurmTask) fail(re RankExit) {
+	if re.At.IsZero() {
+		re.At = t.now()
 	}
 	fmt.Fprintf(t.Stderr, "gearrun: %s\n", re)
 	if t.JobDir == "" {

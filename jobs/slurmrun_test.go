@@ -149,6 +149,64 @@ command = ["sh", "-c", "if [ \"$GEAR_RANK\" = 1 ]; then echo \"$GEAR_ROLE_RANK $
 	}
 }
 
+// TestSlurmRunNamesKilledRank: a rank killed by SIGKILL is the failure that
+// gearrun names, even when a peer exited with an error a moment earlier (as
+// the peers of a lost node do).
+func TestSlurmRunNamesKilledRank(t *testing.T) {
+	res, _, errOut := runFakeSlurm(t, `
+name = "killed"
+[launch]
+np = 3
+grace = "1s"
+command = ["sh", "-c", "case $GEAR_RANK in 0) exit 1 ;; 1) sleep 0.2; kill -9 $$ ;; esac"]
+`)
+	want := "job killed failed: rank 1 on fakenode was killed by signal killed"
+	if res.Message != want || res.ExitCode != 137 {
+		t.Errorf("exit %d message %q, want 137 and %q\nstderr:\n%s", res.ExitCode, res.Message, want, errOut)
+	}
+	if len(res.FailedRanks) != 2 || res.FailedRanks[0].Rank != 0 || res.FailedRanks[1].Signal != "killed" {
+		t.Errorf("failed ranks %+v, want rank 0's exit, then rank 1's kill", res.FailedRanks)
+	}
+}
+
+func TestFirstFailure(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	exit := func(r int, at time.Duration, signal string) RankExit {
+		return RankExit{Rank: r, Status: 1, Signal: signal, At: t0.Add(at)}
+	}
+	for _, tc := range []struct {
+		name  string
+		exits []RankExit
+		want  int
+	}{
+		{"one", []RankExit{exit(3, 0, "")}, 3},
+		{"earliest exit", []RankExit{exit(2, 0, ""), exit(0, 10*time.Millisecond, "")}, 2},
+		{"killed just after", []RankExit{exit(2, 0, ""), exit(0, 5*time.Millisecond, ""), exit(4, 20*time.Millisecond, "killed")}, 4},
+		{"killed long after", []RankExit{exit(2, 0, ""), exit(4, 2*time.Second, "killed")}, 2},
+		{"earliest killed", []RankExit{exit(5, 0, "killed"), exit(4, time.Millisecond, "segmentation fault")}, 5},
+	} {
+		if got := firstFailure(tc.exits); got.Rank != tc.want {
+			t.Errorf("%s: rank %d, want %d", tc.name, got.Rank, tc.want)
+		}
+	}
+}
+
+func TestNodeAddrField(t *testing.T) {
+	for out, want := range map[string]string{
+		"NodeName=n2 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.251.0.3 NodeHostName=vm Version=22.05.8\n": "10.251.0.3",
+		"NodeName=gpu01 NodeAddr=gpu01 NodeHostName=gpu01":                                               "gpu01",
+		"NodeName=gpu01 NodeAddr=(null)":                                                                 "",
+		"Node n9 not found":                                                                              "",
+	} {
+		if got := nodeAddrField(out); got != want {
+			t.Errorf("nodeAddrField(%q) = %q, want %q", out, got, want)
+		}
+	}
+	if got := SlurmNodeAddr(context.Background(), "127.0.0.1"); got != "127.0.0.1" {
+		t.Errorf("SlurmNodeAddr of an address: %q", got)
+	}
+}
+
 func TestSlurmRunTimeout(t *testing.T) {
 	res, _, errOut := runFakeSlurm(t, `
 name = "slow"

@@ -6,8 +6,14 @@
 //	GEAR_REQUIRE_SLURM=1 go test -run Slurm ./jobs ./examples/torch
 //
 // Without sbatch or a reachable cluster such tests skip (RequireSlurm), unless
-// GEAR_REQUIRE_SLURM=1, which makes that a failure. Nothing outside tests
-// imports this package.
+// GEAR_REQUIRE_SLURM=1, which makes that a failure. The multi-node tests also
+// need a cluster of several nodes (RequireNodes):
+//
+//	scripts/slurm-local.sh up --nodes 3 && eval "$(scripts/slurm-local.sh env)"
+//	GEAR_REQUIRE_SLURM=1 GEAR_REQUIRE_MULTINODE=1 go test -run 'Slurm|MultiNode' ./jobs
+//
+// Nothing outside tests imports this package; its command multinode is the
+// rank program of the multi-node tests.
 package jobstest
 
 import (
@@ -18,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +58,49 @@ func RequireSlurm(t testing.TB) {
 		t.Fatalf("%s=1 but %s", EnvRequireSlurm, why)
 	}
 	t.Skipf("skipping SLURM test: %s (set %s=1 to make this a failure)", why, EnvRequireSlurm)
+}
+
+// EnvRequireMultinode, set to 1, turns RequireNodes's skip into a failure
+// (.ci/run sets it).
+const EnvRequireMultinode = "GEAR_REQUIRE_MULTINODE"
+
+// RequireNodes skips the test unless RequireSlurm passes and the cluster has
+// at least n nodes, each up, as scripts/slurm-local.sh up --nodes n makes
+// them (which needs root and ip netns, so without those the test skips too,
+// saying which is missing); with GEAR_REQUIRE_MULTINODE=1 it fails instead.
+// It returns the nodes' names.
+func RequireNodes(t testing.TB, n int) []string {
+	t.Helper()
+	RequireSlurm(t)
+	why := ""
+	var nodes []string
+	if os.Geteuid() != 0 {
+		why = "not root, so scripts/slurm-local.sh cannot make a node per network namespace"
+	} else if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
+		why = fmt.Sprintf("no ip netns here (%v: %s), so scripts/slurm-local.sh cannot make a node per network namespace", err, bytes.TrimSpace(out))
+	} else {
+		out, err := exec.Command("sinfo", "--noheader", "--Node", "--format=%N %t").Output()
+		if err != nil {
+			why = fmt.Sprintf("sinfo: %v", err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 2 && !slices.Contains(nodes, f[0]) && (strings.HasPrefix(f[1], "idle") || strings.HasPrefix(f[1], "mix") || strings.HasPrefix(f[1], "alloc")) {
+				nodes = append(nodes, f[0])
+			}
+		}
+		if why == "" && len(nodes) < n {
+			why = fmt.Sprintf("the cluster has %d node(s) up, not %d; start one with scripts/slurm-local.sh down && scripts/slurm-local.sh up --nodes %d", len(nodes), n, n)
+		}
+	}
+	if why == "" {
+		return nodes
+	}
+	if os.Getenv(EnvRequireMultinode) == "1" {
+		t.Fatalf("%s=1 but %s", EnvRequireMultinode, why)
+	}
+	t.Skipf("skipping multi-node SLURM test: %s (set %s=1 to make this a failure)", why, EnvRequireMultinode)
+	return nil
 }
 
 // Gearrun runs the gearrun binary with args in dir and returns its combined
@@ -120,6 +170,20 @@ func (j *Job) Wait() (state, log string) {
 		j.T.Fatalf("gearrun status printed no state:\n%s", out)
 	}
 	return m[1], j.Logs()
+}
+
+// SlurmState returns the job's state as slurmctld has it now (scontrol show
+// job), such as RUNNING or FAILED; "" when scontrol does not answer.
+func (j *Job) SlurmState() string {
+	out, err := exec.Command("scontrol", "show", "job", "--oneliner", j.SlurmID).Output()
+	if err != nil {
+		return ""
+	}
+	m := regexp.MustCompile(`\bJobState=(\S+)`).FindSubmatch(out)
+	if m == nil {
+		return ""
+	}
+	return string(m[1])
 }
 
 // Logs returns the job's output so far (gearrun logs).

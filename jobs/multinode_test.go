@@ -1,0 +1,396 @@
+package jobs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/jobs/jobstest"
+)
+
+// The tests in this file submit jobs of several nodes with `gearrun submit`
+// to a cluster of at least three nodes, such as the one of
+// scripts/slurm-local.sh up --nodes 3 (a network namespace per node); their
+// rank program is jobs/jobstest/multinode. Without such a cluster they skip,
+// unless GEAR_REQUIRE_MULTINODE=1 (jobstest.RequireNodes).
+
+// multinodeCmds is the rank program, built once for the package's tests into
+// a temporary directory that every node of the local cluster sees.
+var multinodeCmds = geartest.NewCommands("github.com/gear-rl/gear/jobs/jobstest/multinode")
+
+func multinodeBinary(t *testing.T) string { return multinodeCmds.Path(t, "multinode") }
+
+// multinodeSpec is a job of the rank program in mode args, on 3 nodes of
+// perNode ranks each; groups, when given, replace [launch] np and command.
+func multinodeSpec(t *testing.T, name string, perNode int, groups string, args ...string) string {
+	t.Helper()
+	bin := multinodeBinary(t)
+	command := strconv.Quote(bin)
+	for _, a := range args {
+		command += ", " + strconv.Quote(a)
+	}
+	launch := fmt.Sprintf("np = %d\ncommand = [%s]\n", 3*perNode, command)
+	if groups != "" {
+		launch = ""
+		groups = strings.ReplaceAll(groups, "COMMAND", "["+command+"]")
+	}
+	return jobstest.WriteSpec(t, fmt.Sprintf(`
+name = %q
+[launch]
+%stimeout = "5m"
+grace = "2s"
+rdzv_timeout = "2m"
+%s
+[slurm]
+nodes = 3
+ntasks_per_node = %d
+time = "00:10:00"
+extra = ["--overcommit"]
+`, name, launch, groups, perNode))
+}
+
+// mnRank is what a rank of the program says of itself ("MN rank ...").
+type mnRank struct {
+	rank     int
+	node     string
+	nodeRank int
+	local    int
+	role     string
+	host     string
+}
+
+var mnRankLine = regexp.MustCompile(`(?m)MN rank (\d+)/(\d+) node (\S+) \((\d+)/(\d+)\) local (\d+)/(\d+) role "([^"]*)" \d+/\d+ host (\S+)$`)
+
+// mnRanks reads the ranks' lines of a job of size ranks.
+func mnRanks(t *testing.T, log string, size int) []mnRank {
+	t.Helper()
+	out := make([]mnRank, size)
+	seen := 0
+	for _, m := range mnRankLine.FindAllStringSubmatch(log, -1) {
+		r, _ := strconv.Atoi(m[1])
+		if n, _ := strconv.Atoi(m[2]); n != size || r >= size {
+			t.Fatalf("line %q: want a world of %d", m[0], size)
+		}
+		nr, _ := strconv.Atoi(m[4])
+		local, _ := strconv.Atoi(m[6])
+		if nn, _ := strconv.Atoi(m[5]); nn != 3 {
+			t.Errorf("rank %d: GEAR_NUM_NODES %d, want 3", r, nn)
+		}
+		out[r] = mnRank{rank: r, node: m[3], nodeRank: nr, local: local, role: m[8], host: m[9]}
+		seen++
+	}
+	if seen != size {
+		t.Fatalf("%d of %d ranks reported; log:\n%s", seen, size, log)
+	}
+	return out
+}
+
+// checkPlacement checks that the ranks sit perNode to a node in blocks, with
+// one host identity per node, named after it, and the contract's node and
+// local ranks.
+func checkPlacement(t *testing.T, ranks []mnRank, perNode int) {
+	t.Helper()
+	var nodes, hosts []string
+	for _, r := range ranks {
+		node := r.rank / perNode
+		if node == len(nodes) {
+			nodes = append(nodes, r.node)
+			hosts = append(hosts, r.host)
+		}
+		if r.node != nodes[node] || r.host != hosts[node] {
+			t.Errorf("rank %d on %s (host %s), want it with ranks of %s (host %s)", r.rank, r.node, r.host, nodes[node], hosts[node])
+		}
+		if r.nodeRank != node || r.local != r.rank%perNode {
+			t.Errorf("rank %d: GEAR_NODE_RANK %d GEAR_LOCAL_RANK %d, want %d and %d", r.rank, r.nodeRank, r.local, node, r.rank%perNode)
+		}
+		if !strings.HasPrefix(r.host, r.node+"/") {
+			t.Errorf("rank %d: host identity %q does not name its node %s", r.rank, r.host, r.node)
+		}
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(nodes)))) != 3 {
+		t.Errorf("nodes %v, want 3 different ones", nodes)
+	}
+	if len(slices.Compact(slices.Sorted(slices.Values(hosts)))) != 3 {
+		t.Errorf("host identities %v, want 3 different ones", hosts)
+	}
+}
+
+// TestMultiNodeAllReduce: six ranks, two on each of three nodes: the
+// hierarchical AllReduce gives the right sums, ranks of one node share memory
+// and hold no TCP connection to one another, and each rank holds TCP
+// connections to the ranks of the other two nodes.
+func TestMultiNodeAllReduce(t *testing.T) {
+	jobstest.RequireNodes(t, 3)
+	j := submit(t, multinodeSpec(t, "mn-allreduce", 2, "", "allreduce"))
+	state, log := j.Wait()
+	if state != "COMPLETED" {
+		t.Fatalf("state %s, want COMPLETED; log:\n%s", state, log)
+	}
+	ranks := mnRanks(t, log, 6)
+	checkPlacement(t, ranks, 2)
+
+	re := regexp.MustCompile(`(?m)MN allreduce rank (\d+) node (\S+) sum (\d+) big ok listen (\S+) shm-peers \[([\d,]*)\] tcp-peers \[([\d,]*)\] shm-segments (\d+) tcp-remotes (\S*)$`)
+	ms := re.FindAllStringSubmatch(log, -1)
+	if len(ms) != 6 {
+		t.Fatalf("%d ranks reported the allreduce, want 6; log:\n%s", len(ms), log)
+	}
+	addrOf := map[string]string{} // node -> its address, as its ranks listen
+	for _, m := range ms {
+		if prev, ok := addrOf[m[2]]; ok && prev != m[4] {
+			t.Errorf("node %s: ranks listen at %s and %s", m[2], prev, m[4])
+		}
+		addrOf[m[2]] = m[4]
+	}
+	for _, m := range ms {
+		r, _ := strconv.Atoi(m[1])
+		node, addr := m[2], m[4]
+		if m[3] != "15" {
+			t.Errorf("rank %d: allreduce of ranks %s, want 15", r, m[3])
+		}
+		mate := r ^ 1 // the other rank of its node
+		if m[5] != strconv.Itoa(mate) {
+			t.Errorf("rank %d: shared-memory peers [%s], want [%d]", r, m[5], mate)
+		}
+		var others []string
+		for _, o := range ranks {
+			if o.node != node {
+				others = append(others, strconv.Itoa(o.rank))
+			}
+		}
+		if m[6] != strings.Join(others, ",") {
+			t.Errorf("rank %d: TCP peers [%s], want [%s]", r, m[6], strings.Join(others, ","))
+		}
+		if n, _ := strconv.Atoi(m[7]); n < 1 {
+			t.Errorf("rank %d maps no shared-memory segment of the job", r)
+		}
+		// TCP connections by remote address, rendezvous left out: to both
+		// other nodes, none within its own.
+		remotes := map[string]int{}
+		for _, rc := range strings.Split(m[8], ",") {
+			if ip, n, ok := strings.Cut(rc, "*"); ok {
+				remotes[ip], _ = strconv.Atoi(n)
+			}
+		}
+		if _, ok := remotes[addr]; ok {
+			t.Errorf("rank %d on %s holds TCP connections within its node (%s)", r, node, m[8])
+		}
+		for other, oaddr := range addrOf {
+			if other != node && remotes[oaddr] < 1 {
+				t.Errorf("rank %d on %s has no TCP connection to %s (%s): %s", r, node, other, oaddr, m[8])
+			}
+		}
+		if len(remotes) != 2 {
+			t.Errorf("rank %d on %s: TCP connections to %s, want the 2 other nodes", r, node, m[8])
+		}
+		t.Logf("rank %d on %s (%s): shm to [%s] (%s segments), TCP to %s", r, node, addr, m[5], m[7], m[8])
+	}
+	if !strings.Contains(log, "gearrun: job mn-allreduce completed: 6 ranks exited with status 0") {
+		t.Errorf("log lacks gearrun's summary:\n%s", log)
+	}
+}
+
+// TestMultiNodeReplay: a distributed replay table across three nodes. Two
+// actors, on two nodes, write their shards; the trainer, on the third, samples
+// with the split draw and collects every sampled row from the actors' nodes.
+// The frequencies pass the chi-square test of the single-host suite.
+func TestMultiNodeReplay(t *testing.T) {
+	jobstest.RequireNodes(t, 3)
+	j := submit(t, multinodeSpec(t, "mn-replay", 1, `
+[[group]]
+role = "actor"
+np = 2
+command = COMMAND
+[[group]]
+role = "trainer"
+np = 1
+command = COMMAND
+`, "replay"))
+	state, log := j.Wait()
+	if state != "COMPLETED" {
+		t.Fatalf("state %s, want COMPLETED; log:\n%s", state, log)
+	}
+	ranks := mnRanks(t, log, 3)
+	checkPlacement(t, ranks, 1)
+	m := regexp.MustCompile(`MN replay trainer node (\S+) samples (\d+) remote (\d+) collected (\d+) chi2 (\S+) dof (\d+) p (\S+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("the trainer did not report; log:\n%s", log)
+	}
+	if ranks[2].role != "trainer" || m[1] != ranks[2].node || m[1] == ranks[0].node || m[1] == ranks[1].node {
+		t.Errorf("trainer on %s, actors on %s and %s: want three nodes", m[1], ranks[0].node, ranks[1].node)
+	}
+	if m[2] != "20480" || m[3] != m[2] || m[4] != m[2] {
+		t.Errorf("samples %s, remote %s, collected %s: want 20480 of each", m[2], m[3], m[4])
+	}
+	p, err := strconv.ParseFloat(m[7], 64)
+	if err != nil || p < 0.001 {
+		t.Errorf("chi-square %s on %s dof: p = %s < 0.001", m[5], m[6], m[7])
+	}
+	t.Logf("trainer on %s collected %s rows from the actors' nodes; chi-square %s on %s dof, p = %s", m[1], m[4], m[5], m[6], m[7])
+}
+
+// TestMultiNodeMPMD: four actors on two nodes and two trainers on the third,
+// with a communicator per role besides the world's.
+func TestMultiNodeMPMD(t *testing.T) {
+	jobstest.RequireNodes(t, 3)
+	j := submit(t, multinodeSpec(t, "mn-mpmd", 2, `
+[[group]]
+role = "actor"
+np = 4
+command = COMMAND
+[[group]]
+role = "trainer"
+np = 2
+command = COMMAND
+`, "mpmd"))
+	state, log := j.Wait()
+	if state != "COMPLETED" {
+		t.Fatalf("state %s, want COMPLETED; log:\n%s", state, log)
+	}
+	ranks := mnRanks(t, log, 6)
+	checkPlacement(t, ranks, 2)
+	re := regexp.MustCompile(`(?m)MN mpmd rank (\d+) role (\S+) (\d+)/(\d+) node (\S+) role-sum (\d+) role-hosts (\d+) world-sum (\d+)$`)
+	ms := re.FindAllStringSubmatch(log, -1)
+	if len(ms) != 6 {
+		t.Fatalf("%d ranks reported, want 6; log:\n%s", len(ms), log)
+	}
+	nodesOf := map[string][]string{}
+	for _, m := range ms {
+		r, _ := strconv.Atoi(m[1])
+		role, want := "actor", []string{"6", "2"} // sum of 0..3, two nodes
+		if r >= 4 {
+			role, want = "trainer", []string{"1", "1"}
+		}
+		if m[2] != role || m[6] != want[0] || m[7] != want[1] || m[8] != "6" {
+			t.Errorf("rank %d: %q, want role %s, role-sum %s, role-hosts %s, world-sum 6", r, m[0], role, want[0], want[1])
+		}
+		if !slices.Contains(nodesOf[role], m[5]) {
+			nodesOf[role] = append(nodesOf[role], m[5])
+		}
+	}
+	if len(nodesOf["actor"]) != 2 || len(nodesOf["trainer"]) != 1 || slices.Contains(nodesOf["actor"], nodesOf["trainer"][0]) {
+		t.Errorf("actors on %v, trainers on %v: want the roles on different nodes", nodesOf["actor"], nodesOf["trainer"])
+	}
+	t.Logf("actors on %v, trainers on %v", nodesOf["actor"], nodesOf["trainer"])
+}
+
+// TestMultiNodeLostNode kills (SIGKILL) every rank of the second node in the
+// middle of AllReduce: the job must end FAILED within 5 s, gearrun's message
+// must name that node, and no rank process may be left on any node.
+func TestMultiNodeLostNode(t *testing.T) {
+	jobstest.RequireNodes(t, 3)
+	dir := t.TempDir()
+	bin := multinodeBinary(t)
+	j := submit(t, multinodeSpec(t, "mn-lost", 2, "", "hold", dir))
+
+	// Wait for every rank to pass its first AllReduce.
+	type proc struct {
+		node string
+		pid  int
+	}
+	procs := map[int]proc{}
+	deadline := time.Now().Add(jobstest.WaitLimit)
+	for len(procs) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
+		}
+		if s := j.SlurmState(); s != "" && s != "PENDING" && s != "RUNNING" && s != "CONFIGURING" {
+			t.Fatalf("job %s before the kill; log:\n%s", s, j.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+		for r := range 6 {
+			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+			f := strings.Fields(string(b))
+			if err != nil || len(f) != 2 {
+				continue
+			}
+			pid, _ := strconv.Atoi(f[1])
+			procs[r] = proc{f[0], pid}
+		}
+	}
+	victim := procs[2].node
+	var killed []int
+	for r, p := range procs {
+		if p.node == victim {
+			killed = append(killed, r)
+		}
+	}
+	slices.Sort(killed)
+	// Let the ranks run their collectives a little longer, then kill.
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	for _, r := range killed {
+		if err := syscall.Kill(procs[r].pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill rank %d (pid %d): %v", r, procs[r].pid, err)
+		}
+	}
+
+	// The job's state and the processes left, polled until both settle
+	// (bounded generously; the assertions are on the times).
+	var failedAt, goneAt time.Duration
+	var state string
+	for time.Since(start) < 60*time.Second && (failedAt == 0 || goneAt == 0) {
+		if failedAt == 0 {
+			if state = j.SlurmState(); state != "" && state != "RUNNING" && state != "COMPLETING" {
+				failedAt = time.Since(start)
+			}
+		}
+		if goneAt == 0 && len(processesOf(bin)) == 0 {
+			goneAt = time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log := j.Logs()
+	t.Logf("killed ranks %v on %s; job %s after %v, no rank process left after %v", killed, victim, state, failedAt, goneAt)
+	if state != "FAILED" {
+		t.Fatalf("state %s, want FAILED; log:\n%s", state, log)
+	}
+	if failedAt > 5*time.Second {
+		t.Errorf("the job took %v to end FAILED, want at most 5s", failedAt)
+	}
+	if goneAt == 0 || goneAt > 5*time.Second {
+		t.Errorf("rank processes left after 5s: %v (all gone after %v)", processesOf(bin), goneAt)
+	}
+	for r, p := range procs {
+		if processAlive(p.pid) {
+			t.Errorf("rank %d (pid %d on %s) is still running", r, p.pid, p.node)
+		}
+	}
+	m := regexp.MustCompile(`gearrun: job mn-lost failed: rank (\d+) on (\S+) was killed by signal killed`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("log lacks gearrun's message naming the killed rank and its node:\n%s", log)
+	}
+	if r, _ := strconv.Atoi(m[1]); m[2] != victim || !slices.Contains(killed, r) {
+		t.Errorf("gearrun names rank %s on %s, want one of ranks %v on %s", m[1], m[2], killed, victim)
+	}
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, "MN hold") || strings.Contains(line, "lost") {
+			t.Log(line)
+		}
+	}
+}
+
+// processesOf lists the pids of the running (not zombie) processes whose
+// executable is path, on every node of the local cluster (they share this
+// machine's process table).
+func processesOf(path string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe")); err == nil && exe == path && processAlive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
