@@ -505,3 +505,56 @@ func TestNCCLCandidates(t *testing.T) {
 		t.Errorf("with %s set: %q", envNCCLLib, got)
 	}
 }
+
+// Memory freed after its device is closed is refused twice over: by Device
+// (ErrClosed), and by the fake driver itself, which destroys a primary
+// context's memory with its last reference as the real driver does, so a free
+// through the device retained anew fails too. While another Device holds the
+// context, the memory lives on.
+func TestFreeAfterCloseIsRefused(t *testing.T) {
+	libs := cudatest.Build(t, cudatest.Options{})
+	drv, err := cuda.OpenDriver(cuda.WithLibrary(libs.CUDA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := cudatest.OpenFakeCUDA(t, libs.CUDA)
+	reclaimed := fc.Live(cudatest.Reclaimed)
+
+	a, b := cudatest.OpenDevice(t, drv, 1), cudatest.OpenDevice(t, drv, 1)
+	p, err := a.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Free(p); !errors.Is(err, cuda.ErrClosed) {
+		t.Fatalf("Free after Close: %v, want ErrClosed", err)
+	}
+	if err := b.Free(p); err != nil { // b still holds the context
+		t.Fatalf("Free through a device that holds the context: %v", err)
+	}
+
+	p, err = b.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil { // the last reference: the context goes
+		t.Fatal(err)
+	}
+	if got := fc.Live(cudatest.Reclaimed) - reclaimed; got != 2 {
+		t.Errorf("%d objects destroyed with the context, want 2 (the memory and the stream)", got)
+	}
+	c := cudatest.OpenDevice(t, drv, 1)
+	var ce *cuda.Error
+	if err := c.Free(p); !errors.As(err, &ce) || ce.Code != cuda.ErrorInvalidValue {
+		t.Errorf("Free of memory destroyed with its context: %v, want CUDA_ERROR_INVALID_VALUE", err)
+	}
+	if err := c.DestroyStream(s); !errors.As(err, &ce) || ce.Code != cuda.ErrorInvalidHandle {
+		t.Errorf("DestroyStream of a stream destroyed with its context: %v, want CUDA_ERROR_INVALID_HANDLE", err)
+	}
+}

@@ -164,17 +164,39 @@ func TestLayoutDeviceLostRank(t *testing.T) {
 // of three GMIs of two virtual GPUs, all on the one device, so every step takes
 // the host path through host copies of the device buffer (NCCL refuses two
 // ranks on one GPU). Skipped only when there is no CUDA driver.
-func TestLayoutOnGPU(t *testing.T) {
-	drv := cudatest.OpenDriver(t)
+func TestLayoutOnGPU(t *testing.T) { layoutOneGPU(t, cudatest.OpenDriver(t)) }
+
+// TestLayoutOneGPUFake runs TestLayoutOnGPU's world on the fake driver, whose
+// primary contexts destroy their memory with their last reference as the real
+// driver's do: the cleanup order that failed on an H100 ("Free: cuda: closed:
+// device 0", devices closed by a defer before the buffers' cleanups ran) fails
+// here too.
+func TestLayoutOneGPUFake(t *testing.T) {
+	libs := cudatest.Build(t, cudatest.Options{})
+	drv, err := cuda.OpenDriver(cuda.WithLibrary(libs.CUDA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := cudatest.OpenFakeCUDA(t, libs.CUDA)
+	reclaimed, allocs := fc.Live(cudatest.Reclaimed), fc.Live(cudatest.LiveDeviceAllocs)
+	t.Run("layout", func(t *testing.T) { layoutOneGPU(t, drv) })
+	if got := fc.Live(cudatest.Reclaimed) - reclaimed; got != 0 {
+		t.Errorf("%d objects were still alive when their device was closed", got)
+	}
+	if got := fc.Live(cudatest.LiveDeviceAllocs); got != allocs {
+		t.Errorf("%d device allocations alive after the test, want %d", got, allocs)
+	}
+}
+
+// layoutOneGPU is the three-GMI world on device 0 of drv. The devices are
+// closed by cleanups registered before the buffers' (cudatest.OpenDevice), so
+// the buffers are freed first.
+func layoutOneGPU(t *testing.T, drv *cuda.Driver) {
 	m := gmi.Mapping{{0, 1}, {2}}
 	comms, _ := collectivetest.Comms(t, 3, collectivetest.Config{Transport: collectivetest.Shm})
 	devs := make([]*cuda.Device, 3)
 	for r := range devs {
-		var err error
-		if devs[r], err = drv.Device(0); err != nil {
-			t.Fatal(err)
-		}
-		defer devs[r].Close()
+		devs[r] = cudatest.OpenDevice(t, drv, 0)
 	}
 	for _, s := range []gmi.Strategy{gmi.MultiProcess, gmi.Hierarchical} {
 		ls, errs := collectivetest.BuildLayouts(t, comms, func(int) gmi.Mapping { return m }, func(r int) []collective.LayoutOption {

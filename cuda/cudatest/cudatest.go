@@ -194,6 +194,11 @@ const (
 	LiveEvents
 	LiveModules
 	LiveContextRefs
+	// Reclaimed counts objects (allocations, registrations, modules, streams,
+	// events) that were still alive when their primary context's last
+	// reference was released, so the driver destroyed them with it: memory
+	// freed after its device was closed.
+	Reclaimed
 )
 
 // FakeCUDA inspects and steers a loaded fake libcuda.so.1.

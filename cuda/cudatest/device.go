@@ -9,7 +9,11 @@ import (
 )
 
 // ToDevice copies xs into new memory on dev, which is freed (and the free
-// checked) when the test ends.
+// checked) when the test ends. Cleanups run last in, first out, so dev must
+// have been opened with a cleanup registered earlier (OpenGPU, OpenDevice),
+// never closed by a defer of the test function, which runs before every
+// cleanup: memory freed after its device is closed fails, on the real driver
+// and on the fake alike.
 func ToDevice[T any](tb testing.TB, dev *cuda.Device, xs []T) cuda.DevicePtr {
 	tb.Helper()
 	b := Bytes(xs)
@@ -56,11 +60,11 @@ func OpenDriver(tb testing.TB) *cuda.Driver {
 	return drv
 }
 
-// OpenGPU opens device 0 of the system's CUDA driver (OpenDriver), closed (and
-// the close checked) when the test ends.
-func OpenGPU(tb testing.TB) *cuda.Device {
+// OpenDevice retains device ordinal of drv, closed (and the close checked) when
+// the test ends, after the cleanups registered later (ToDevice's frees).
+func OpenDevice(tb testing.TB, drv *cuda.Driver, ordinal int) *cuda.Device {
 	tb.Helper()
-	dev, err := OpenDriver(tb).Device(0)
+	dev, err := drv.Device(ordinal)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -70,4 +74,11 @@ func OpenGPU(tb testing.TB) *cuda.Device {
 		}
 	})
 	return dev
+}
+
+// OpenGPU opens device 0 of the system's CUDA driver (OpenDriver), closed (and
+// the close checked) when the test ends.
+func OpenGPU(tb testing.TB) *cuda.Device {
+	tb.Helper()
+	return OpenDevice(tb, OpenDriver(tb), 0)
 }

@@ -323,6 +323,7 @@ enum {
   INVALID_DEVICE = 101,
   INVALID_IMAGE = 200,
   INVALID_CONTEXT = 201,
+  CONTEXT_IS_DESTROYED = 709,
   UNSUPPORTED_PTX_VERSION = 222,
   INVALID_HANDLE = 400,
   NOT_FOUND = 500,
@@ -335,9 +336,17 @@ enum {
 
 const size_t kMaxAlloc = (size_t)1 << 34;  // larger requests are out of memory
 
+struct Context;
+
+// Every allocation, registration, module, stream and event belongs to the
+// context that was current when it was made. When a primary context's last
+// reference is released the driver destroys the context and everything in it,
+// as the real one does: later calls that name those objects fail, even through
+// the same device's context retained anew.
 struct Region {
   size_t size;
   unsigned flags;
+  Context* ctx;
 };
 
 struct Entry {
@@ -348,6 +357,7 @@ struct Entry {
 
 struct Module {
   std::vector<Entry> entries;
+  Context* ctx;
 };
 
 struct Function {
@@ -357,12 +367,14 @@ struct Function {
 
 struct Stream {
   int holds;
+  Context* ctx;
 };
 
 struct Event {
   std::chrono::steady_clock::time_point t;
   bool recorded;
   uintptr_t stream;  // where it was last recorded: it completes when that stream is idle
+  Context* ctx;
 };
 
 struct Context {
@@ -393,6 +405,7 @@ LaunchRecord g_last;
 int g_launches;
 std::string g_fail_fn;
 int g_fail_code, g_fail_times;
+int g_reclaimed;  // objects destroyed with their context (freed after release: a leak)
 
 int device_count() {
   const char* e = getenv("GEAR_FAKE_CUDA_DEVICES");
@@ -418,18 +431,82 @@ bool injected(const char* fn, CUresult* r) {
     }                                   \
   } while (0)
 
-bool has_context() {
-  if (t_current == 0) return false;
-  Context* c = (Context*)t_current;
-  return c->refs > 0;
+Context* current() { return (Context*)t_current; }
+
+// context_status is what a call that needs a context finds: none current
+// (INVALID_CONTEXT), or a primary context whose last reference was released
+// (CONTEXT_IS_DESTROYED), as the real driver reports.
+CUresult context_status() {
+  if (t_current == 0) return INVALID_CONTEXT;
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  return current()->refs > 0 ? OK : CONTEXT_IS_DESTROYED;
 }
 
-#define NEED_CONTEXT()                  \
-  do {                                  \
-    if (!has_context()) {               \
-      return INVALID_CONTEXT;           \
-    }                                   \
+#define NEED_CONTEXT()                        \
+  do {                                        \
+    CUresult ctx_r = context_status();        \
+    if (ctx_r != OK) {                        \
+      return ctx_r;                           \
+    }                                         \
   } while (0)
+
+// reclaim destroys everything that belongs to c (its last reference is gone).
+void reclaim(Context* c) {
+  for (auto* m : {&g_dev, &g_host}) {
+    for (auto it = m->begin(); it != m->end();) {
+      if (it->second.ctx == c) {
+        free((void*)it->first);
+        it = m->erase(it);
+        g_reclaimed++;
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto it = g_reg.begin(); it != g_reg.end();) {
+    if (it->second.ctx == c) {
+      it = g_reg.erase(it);
+      g_reclaimed++;
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = g_modules.begin(); it != g_modules.end();) {
+    if (it->second->ctx == c) {
+      for (auto f = g_functions.begin(); f != g_functions.end();) {
+        if (f->second->mod == it->second) {
+          delete f->second;
+          f = g_functions.erase(f);
+        } else {
+          ++f;
+        }
+      }
+      delete it->second;
+      it = g_modules.erase(it);
+      g_reclaimed++;
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = g_streams.begin(); it != g_streams.end();) {
+    if (it->second->ctx == c) {
+      delete it->second;
+      it = g_streams.erase(it);
+      g_reclaimed++;
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = g_events.begin(); it != g_events.end();) {
+    if (it->second->ctx == c) {
+      delete it->second;
+      it = g_events.erase(it);
+      g_reclaimed++;
+    } else {
+      ++it;
+    }
+  }
+}
 
 // inside reports whether [p, p+n) lies in one region of m.
 bool inside(const std::map<uintptr_t, Region>& m, uintptr_t p, size_t n, unsigned need_flags = 0) {
@@ -528,6 +605,7 @@ const char* error_name(int code) {
     case 101: return "CUDA_ERROR_INVALID_DEVICE";
     case 200: return "CUDA_ERROR_INVALID_IMAGE";
     case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+    case 709: return "CUDA_ERROR_CONTEXT_IS_DESTROYED";
     case 222: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
     case 400: return "CUDA_ERROR_INVALID_HANDLE";
     case 500: return "CUDA_ERROR_NOT_FOUND";
@@ -552,6 +630,7 @@ const char* error_string(int code) {
     case 101: return "invalid device ordinal";
     case 200: return "device kernel image is invalid";
     case 201: return "invalid device context";
+    case 709: return "context is destroyed";
     case 222: return "the provided PTX was compiled with an unsupported toolchain.";
     case 400: return "invalid resource handle";
     case 500: return "named symbol not found";
@@ -649,7 +728,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
   if (d < 0 || d >= device_count()) return INVALID_DEVICE;
   std::lock_guard<std::recursive_mutex> l(g_mu);
   if (g_ctx[d].refs <= 0) return INVALID_CONTEXT;
-  g_ctx[d].refs--;
+  if (--g_ctx[d].refs == 0) reclaim(&g_ctx[d]);
   return OK;
 }
 
@@ -672,7 +751,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
   if (!m) return OUT_OF_MEMORY;
   memset(m, 0xa5, n);  // device memory is not zeroed
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  g_dev[(uintptr_t)m] = Region{n, 0};
+  g_dev[(uintptr_t)m] = Region{n, 0, current()};
   *p = (CUdeviceptr)m;
   return OK;
 }
@@ -695,7 +774,7 @@ CUresult cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   void* m = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
   if (!m) return OUT_OF_MEMORY;
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  g_host[(uintptr_t)m] = Region{n, flags};
+  g_host[(uintptr_t)m] = Region{n, flags, current()};
   *p = m;
   return OK;
 }
@@ -721,7 +800,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
   for (auto& r : g_reg) {
     if (a < r.first + r.second.size && r.first < a + n) return ALREADY_REGISTERED;
   }
-  g_reg[a] = Region{n, flags};
+  g_reg[a] = Region{n, flags, current()};
   return OK;
 }
 
@@ -810,6 +889,7 @@ CUresult cuModuleLoadData(uintptr_t* mod, const void* image) {
     return err;
   }
   std::lock_guard<std::recursive_mutex> l(g_mu);
+  m->ctx = current();
   g_modules[(uintptr_t)m] = m;
   *mod = (uintptr_t)m;
   return OK;
@@ -895,7 +975,7 @@ CUresult cuStreamCreate(uintptr_t* s, unsigned int flags) {
   (void)flags;
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  Stream* st = new Stream{0};
+  Stream* st = new Stream{0, current()};
   g_streams[(uintptr_t)st] = st;
   *s = (uintptr_t)st;
   return OK;
@@ -937,7 +1017,7 @@ CUresult cuEventCreate(uintptr_t* e, unsigned int flags) {
   (void)flags;
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  Event* ev = new Event{std::chrono::steady_clock::now(), false, 0};
+  Event* ev = new Event{std::chrono::steady_clock::now(), false, 0, current()};
   g_events[(uintptr_t)ev] = ev;
   *e = (uintptr_t)ev;
   return OK;
@@ -1022,7 +1102,8 @@ int fakecuda_last_param(int i, void* out, int cap) {
 }
 
 // fakecuda_live counts what is alive: 0 device allocations, 1 host allocations,
-// 2 registrations, 3 streams, 4 events, 5 modules, 6 primary context references.
+// 2 registrations, 3 streams, 4 events, 5 modules, 6 primary context references,
+// 7 objects destroyed with their context because they were not freed first.
 int fakecuda_live(int kind) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
   switch (kind) {
@@ -1037,6 +1118,7 @@ int fakecuda_live(int kind) {
       for (const Context& c : g_ctx) n += c.refs;
       return n;
     }
+    case 7: return g_reclaimed;
   }
   return -1;
 }
