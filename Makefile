@@ -55,7 +55,9 @@ fuzz:
 test: fmt-check vet tidy-check build unit race fuzz
 
 # ptx regenerates the embedded PTX from the CUDA sources (no GPU needed) and
-# records the hashes that TestSumsMatchSources checks.
+# records the hashes that TestSumsMatchSources checks, and the compiler's
+# release line, which TestPTXIsCurrent compares with the nvcc it finds.
 ptx:
 	$(NVCC) -ptx -arch=compute_80 -o $(KERNELS)/gear.ptx $(KERNELS)/gear.cu
+	$(NVCC) --version 2>/dev/null | grep -m1 'Cuda compilation tools' > $(KERNELS)/NVCC_VERSION
 	cd $(KERNELS) && sha256sum *.cu *.cuh gear.ptx > SHA256SUMS

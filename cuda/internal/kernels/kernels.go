@@ -16,6 +16,13 @@ var PTX string
 //go:embed SHA256SUMS
 var Sums string
 
+// Compiler is NVCC_VERSION: the release line of `nvcc --version` of the
+// compiler that made gear.ptx, as `make ptx` wrote it. Other releases of nvcc
+// make other PTX from the same sources.
+//
+//go:embed NVCC_VERSION
+var Compiler string
+
 // Sources holds the CUDA C sources (gear.cu and the headers it includes).
 //
 //go:embed *.cu *.cuh

@@ -125,8 +125,27 @@ func nvccCached() bool {
 	return err == nil
 }
 
+// TestCompilerRecorded checks that `make ptx` recorded the compiler it ran.
+func TestCompilerRecorded(t *testing.T) {
+	if !regexp.MustCompile(`^Cuda compilation tools, release \d+\.\d+, V[\d.]+\n?$`).MatchString(Compiler) {
+		t.Errorf("NVCC_VERSION is %q, want nvcc's release line: run `make ptx`", Compiler)
+	}
+}
+
+// releaseLine picks the release line out of `nvcc --version`'s output.
+func releaseLine(out []byte) string {
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "Cuda compilation tools") {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}
+
 // TestPTXIsCurrent recompiles gear.cu with nvcc and compares the result with the
-// embedded PTX. It skips only when no nvcc can be run.
+// embedded PTX. It skips when no nvcc can be run, and when the nvcc found is
+// not the release that made gear.ptx (NVCC_VERSION): another release makes
+// other PTX from the same sources.
 func TestPTXIsCurrent(t *testing.T) {
 	cc := nvcc(t)
 	if cc == "" {
@@ -136,8 +155,13 @@ func TestPTXIsCurrent(t *testing.T) {
 	defer cancel()
 	// The first run of the project's nvcc fetches the compiler; a failure here
 	// means there is no compiler to run, not that the sources are wrong.
-	if out, err := exec.CommandContext(ctx, cc, "--version").CombinedOutput(); err != nil {
-		t.Skipf("skipping: %s cannot run: %v\n%s", cc, err, lastLines(out, 5))
+	version, err := exec.CommandContext(ctx, cc, "--version").Output()
+	if err != nil {
+		t.Skipf("skipping: %s cannot run: %v\n%s", cc, err, lastLines(version, 5))
+	}
+	want := strings.TrimSpace(Compiler)
+	if got := releaseLine(version); got != want {
+		t.Skipf("skipping: gear.ptx was made by %q, and %s is %q, whose PTX differs; run that release, or `make ptx` with this one and commit the result", want, cc, got)
 	}
 	// Compile the embedded sources, so the test runs from any directory.
 	dir := t.TempDir()
