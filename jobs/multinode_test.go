@@ -3,6 +3,7 @@ package jobs
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -326,8 +327,9 @@ func TestMultiNodeLostNode(t *testing.T) {
 	// Let the ranks run their collectives a little longer, then kill.
 	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
-	for _, r := range killed {
-		if err := syscall.Kill(procs[r].pid, syscall.SIGKILL); err != nil {
+	for i, r := range killed {
+		// A rank of the node may already have ended, of its neighbour's death.
+		if err := syscall.Kill(procs[r].pid, syscall.SIGKILL); err != nil && (i == 0 || err != syscall.ESRCH) {
 			t.Fatalf("kill rank %d (pid %d): %v", r, procs[r].pid, err)
 		}
 	}
@@ -375,6 +377,112 @@ func TestMultiNodeLostNode(t *testing.T) {
 			t.Log(line)
 		}
 	}
+}
+
+// TestMultiNodeDeadNode kills a whole node in the middle of AllReduce: every
+// process in its network namespace, its slurmd and slurmstepd with its ranks,
+// as when the machine dies. srun would wait minutes for the dead node's tasks;
+// gearrun must end non-zero within 5 s with a message naming the node, and no
+// rank may be left on the other nodes. The node comes back through
+// scripts/slurm-local.sh up afterwards.
+func TestMultiNodeDeadNode(t *testing.T) {
+	nodes := jobstest.RequireNodes(t, 3)
+	dir := t.TempDir()
+	bin := multinodeBinary(t)
+	j := submit(t, multinodeSpec(t, "mn-dead", 2, "", "hold", dir))
+	pids := map[int]int{}
+	var victimNode string
+	deadline := time.Now().Add(jobstest.WaitLimit)
+	for len(pids) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+		for r := range 6 {
+			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+				pids[r], _ = strconv.Atoi(f[1])
+				if r == 2 {
+					victimNode = f[0]
+				}
+			}
+		}
+	}
+	// The node is the network namespace of its ranks; it must not be ours.
+	netns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pids[2]))
+	own, _ := os.Readlink("/proc/self/ns/net")
+	if err != nil || netns == own {
+		t.Skipf("rank 2 is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", netns, err)
+	}
+	t.Cleanup(func() {
+		// Bring the node back (its slurmd), and let SLURM finish the job.
+		cmd := exec.Command("../scripts/slurm-local.sh", "up", "--nodes", strconv.Itoa(len(nodes)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("scripts/slurm-local.sh up: %v\n%s", err, out)
+		}
+	})
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	var killed []string
+	for _, pid := range processesIn(netns) {
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed = append(killed, processName(pid))
+		}
+	}
+	slices.Sort(killed)
+	t.Logf("killed node %s (%s): %v", victimNode, netns, slices.Compact(killed))
+
+	var endedAt, goneAt time.Duration
+	var log string
+	for time.Since(start) < 60*time.Second && (endedAt == 0 || goneAt == 0) {
+		if endedAt == 0 {
+			if log = j.Logs(); strings.Contains(log, "gearrun: job mn-dead ") && strings.Contains(log, "mn-dead failed") {
+				endedAt = time.Since(start)
+			}
+		}
+		if goneAt == 0 && len(processesOf(bin)) == 0 {
+			goneAt = time.Since(start)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("gearrun ended after %v, no rank process left after %v", endedAt, goneAt)
+	if endedAt == 0 || endedAt > 5*time.Second {
+		t.Errorf("gearrun took %v to end, want at most 5s; log:\n%s", endedAt, log)
+	}
+	if goneAt == 0 || goneAt > 5*time.Second {
+		t.Errorf("rank processes left after 5s: %v", processesOf(bin))
+	}
+	m := regexp.MustCompile(`gearrun: job mn-dead failed: (.*)`).FindStringSubmatch(log)
+	if m == nil || !strings.Contains(m[1], " on "+victimNode+":") && !strings.Contains(m[1], " on "+victimNode+" ") {
+		t.Errorf("gearrun's message does not name node %s: %q; log:\n%s", victimNode, m, log)
+	} else {
+		t.Logf("gearrun: job mn-dead failed: %s", m[1])
+	}
+	b, err := os.ReadFile(filepath.Join(StateDir(j.StateDir).JobDir(j.GearID), ExitFile))
+	if code := strings.TrimSpace(string(b)); err != nil || code == "0" {
+		t.Errorf("the batch script recorded exit %q (%v), want non-zero", code, err)
+	}
+}
+
+// processesIn lists the processes in network namespace netns ("net:[...]").
+func processesIn(netns string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if ns, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns/net")); err == nil && ns == netns {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func processName(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
 }
 
 // processesOf lists the pids of the running (not zombie) processes whose

@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -111,6 +113,7 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	if listen == "" {
 		listen = net.JoinHostPort("", strconv.Itoa(port))
 	}
+	w := newStepWatch()
 	cfg := rank.CoordinatorConfig{
 		Addr:    listen,
 		JobID:   jobID,
@@ -120,9 +123,15 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		Logger:  logger,
 		OnFail: func(err error) {
 			fmt.Fprintf(stderr, "gearrun: rendezvous failed: %v\n", err)
+			w.note(fmt.Sprintf("rendezvous failed: %v", err))
 		},
 		OnLost: func(r int, reason string) {
-			fmt.Fprintf(stderr, "gearrun: lost rank %d: %s\n", r, reason)
+			who := fmt.Sprintf("rank %d", r)
+			if node := nodeOfRank(hosts, getenv(rank.EnvSlurmTasksPerNode), r); node != "" {
+				who += " on " + node
+			}
+			fmt.Fprintf(stderr, "gearrun: lost %s: %s\n", who, reason)
+			w.note(fmt.Sprintf("lost %s: %s", who, reason))
 		},
 	}
 	coord, err := rank.NewCoordinator(cfg)
@@ -210,9 +219,18 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 
 	fmt.Fprintf(stderr, "gearrun: job %s (%s, SLURM job %s): %d ranks on %s, rendezvous at %s\n",
 		s.Name, jobID, slurmID, world, strings.Join(hosts, ","), rdzv)
-	runErr := cmd.Run()
+	runErr := cmd.Start()
+	if runErr == nil {
+		stopped := w.watch(cmd.Process, s.Launch.Grace.D(), stderr)
+		runErr = cmd.Wait()
+		w.stop()
+		if stopped() && runErr != nil && ctx.Err() == nil && runCtx.Err() == nil {
+			runErr = &stuckStepError{lost: w.first(), err: runErr}
+		}
+	}
 
 	res := &Result{FailedRanks: readRankExits(sr.JobDir)}
+	var stuck *stuckStepError
 	switch {
 	case runErr == nil:
 		res.Message = fmt.Sprintf("job %s completed: %d ranks exited with status 0", s.Name, world)
@@ -222,6 +240,14 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	case ctx.Err() != nil:
 		res.ExitCode = 143
 		res.Message = fmt.Sprintf("job %s was stopped", s.Name)
+	case errors.As(runErr, &stuck):
+		// A node gone with its slurmd: srun waits for tasks that nobody can
+		// report on. The lost rank is the failure, whatever its peers said.
+		res.ExitCode = 1
+		if len(res.FailedRanks) > 0 {
+			res.ExitCode = firstFailure(res.FailedRanks).Status
+		}
+		res.Message = fmt.Sprintf("job %s failed: %s", s.Name, stuck.lost)
 	default:
 		res.ExitCode = 1
 		var exit *exec.ExitError
@@ -245,6 +271,100 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// stepWatch ends an srun step that outlives the world: once the coordinator
+// has lost a rank (or the rendezvous failed), the ranks fail and srun ends the
+// step; but when a node died with its slurmd, srun waits for its tasks until
+// slurmctld gives the node up (SlurmdTimeout, minutes). The watch gives srun
+// [launch].grace after the first loss, then kills it, so that the batch script
+// ends and SLURM ends the job's processes on the nodes still there.
+type stepWatch struct {
+	lost     chan struct{}
+	once     sync.Once
+	mu       sync.Mutex
+	what     string
+	done     chan struct{}
+	finished chan struct{}
+	killed   atomic.Bool
+}
+
+func newStepWatch() *stepWatch {
+	return &stepWatch{lost: make(chan struct{}), done: make(chan struct{}), finished: make(chan struct{})}
+}
+
+// note records the first loss.
+func (w *stepWatch) note(what string) {
+	w.once.Do(func() {
+		w.mu.Lock()
+		w.what = what
+		w.mu.Unlock()
+		close(w.lost)
+	})
+}
+
+func (w *stepWatch) first() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.what
+}
+
+// watch starts watching srun; the function it returns reports whether the
+// watch killed it. stop must be called once srun has been waited for.
+func (w *stepWatch) watch(srun *os.Process, grace time.Duration, stderr io.Writer) func() bool {
+	go func() {
+		defer close(w.finished)
+		select {
+		case <-w.lost:
+		case <-w.done:
+			return
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-w.done:
+		case <-t.C:
+			fmt.Fprintf(stderr, "gearrun: srun has not ended %s after the %s; stopping it (a node gone with its slurmd?)\n", grace, w.first())
+			w.killed.Store(true)
+			srun.Kill()
+		}
+	}()
+	return w.killed.Load
+}
+
+// stop ends the watch and waits for it.
+func (w *stepWatch) stop() {
+	close(w.done)
+	<-w.finished
+}
+
+// stuckStepError is srun's end when the watch killed it.
+type stuckStepError struct {
+	lost string
+	err  error
+}
+
+func (e *stuckStepError) Error() string { return e.lost + ": srun: " + e.err.Error() }
+func (e *stuckStepError) Unwrap() error { return e.err }
+
+// nodeOfRank names the node of rank r in a step placed in blocks over hosts
+// with SLURM_TASKS_PER_NODE tasksPerNode; "" when they do not say.
+func nodeOfRank(hosts []string, tasksPerNode string, r int) string {
+	if len(hosts) == 1 {
+		return hosts[0]
+	}
+	first := 0
+	for i, h := range hosts {
+		n, err := rank.TasksOnNode(tasksPerNode, i)
+		if err != nil {
+			return ""
+		}
+		if r < first+n {
+			return h
+		}
+		first += n
+	}
+	return ""
 }
 
 // SlurmNodeAddr returns SLURM's NodeAddr for node (scontrol show node), the

@@ -217,6 +217,10 @@ func (p *envParser) int(name string, def int) int {
 	return n
 }
 
+// TasksOnNode reads SLURM_TASKS_PER_NODE ("2(x3),1") and returns the number
+// of tasks on node (counted from 0) of the allocation.
+func TasksOnNode(tasksPerNode string, node int) (int, error) { return tasksOnNode(tasksPerNode, node) }
+
 // tasksOnNode reads SLURM_TASKS_PER_NODE ("2(x3),1": two tasks on each of the first
 // three nodes, one on the fourth) and returns the count for node.
 func tasksOnNode(s string, node int) (int, error) {

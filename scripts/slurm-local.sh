@@ -253,12 +253,15 @@ ip_do() {
 
 # net_up N: the bridge, and a namespace and veth pair per node; what exists is kept.
 net_up() {
-	local nodes=$1 k ns v p
+	local nodes=$1 k ns v p addrs
 	if ! ip link show "$bridge" >/dev/null 2>&1; then
 		log "making bridge $bridge ($net_prefix.1/24)"
 		ip_do link add "$bridge" type bridge
 	fi
-	ip addr show dev "$bridge" | grep -q "inet $net_prefix.1/24" || ip_do addr add "$net_prefix.1/24" dev "$bridge"
+	# (The listings are read whole first: grep -q would close the pipe early,
+	# and pipefail would count ip's SIGPIPE as a failure.)
+	addrs=$(ip -o addr show dev "$bridge")
+	[[ $addrs == *"inet $net_prefix.1/24"* ]] || ip_do addr add "$net_prefix.1/24" dev "$bridge"
 	ip_do link set "$bridge" up
 	for ((k = 1; k <= nodes; k++)); do
 		ns=$ns_prefix$k v=gearslurm-v$k p=gearslurm-p$k
@@ -273,8 +276,8 @@ net_up() {
 		fi
 		ip_do link set "$v" master "$bridge"
 		ip_do link set "$v" up
-		ip -n "$ns" addr show dev "$p" | grep -q "inet $(node_addr "$k")/24" ||
-			ip_do -n "$ns" addr add "$(node_addr "$k")/24" dev "$p"
+		addrs=$(ip -n "$ns" -o addr show dev "$p")
+		[[ $addrs == *"inet $(node_addr "$k")/24"* ]] || ip_do -n "$ns" addr add "$(node_addr "$k")/24" dev "$p"
 		ip_do -n "$ns" link set "$p" up
 		ip_do -n "$ns" link set lo up
 	done

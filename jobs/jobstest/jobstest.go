@@ -85,7 +85,11 @@ func RequireNodes(t testing.TB, n int) []string {
 		}
 		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 			f := strings.Fields(line)
-			if len(f) == 2 && !slices.Contains(nodes, f[0]) && (strings.HasPrefix(f[1], "idle") || strings.HasPrefix(f[1], "mix") || strings.HasPrefix(f[1], "alloc")) {
+			up := false
+			for _, s := range []string{"idle", "mix", "alloc", "comp"} {
+				up = up || strings.HasPrefix(f[1], s)
+			}
+			if len(f) == 2 && up && !slices.Contains(nodes, f[0]) {
 				nodes = append(nodes, f[0])
 			}
 		}
