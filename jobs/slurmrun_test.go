@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -166,6 +168,46 @@ command = ["sh", "-c", "case $GEAR_RANK in 0) exit 1 ;; 1) sleep 0.2; kill -9 $$
 	}
 	if len(res.FailedRanks) != 2 || res.FailedRanks[0].Rank != 0 || res.FailedRanks[1].Signal != "killed" {
 		t.Errorf("failed ranks %+v, want rank 0's exit, then rank 1's kill", res.FailedRanks)
+	}
+}
+
+// TestSlurmRunStopsStuckStep: the world fails (here a rank never joins) but
+// srun does not end (one of its tasks hangs, as the tasks of a dead node do
+// for srun): gearrun stops srun [launch].grace later and names the failure.
+func TestSlurmRunStopsStuckStep(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	start := time.Now()
+	res, _, errOut := runFakeSlurm(t, `
+name = "stuck"
+[launch]
+np = 2
+grace = "1s"
+rdzv_timeout = "1s"
+[launch.env]
+`+envTestRank+` = "1"
+`+envTestTask+` = "0"
+[[group]]
+role = "joins"
+np = 1
+command = ["`+os.Args[0]+`"]
+[[group]]
+role = "hangs"
+np = 1
+command = ["sh", "-c", "echo $$ > `+pidFile+`; exec sleep 60"]
+`)
+	if b, err := os.ReadFile(pidFile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if res.ExitCode == 0 || !strings.HasPrefix(res.Message, "job stuck failed: rendezvous failed: ") {
+		t.Errorf("exit %d message %q, want a failure naming the rendezvous\nstderr:\n%s", res.ExitCode, res.Message, errOut)
+	}
+	if !strings.Contains(errOut, "gearrun: srun has not ended 1s after the rendezvous failed") {
+		t.Errorf("stderr lacks the news of srun's stop:\n%s", errOut)
+	}
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("the job took %v", d)
 	}
 }
 
