@@ -45,12 +45,7 @@ func RequireSlurm(t testing.TB) {
 	if testing.Short() {
 		t.Skip("SLURM end-to-end test skipped in -short mode")
 	}
-	why := ""
-	if _, err := exec.LookPath("sbatch"); err != nil {
-		why = "sbatch is not installed"
-	} else if out, err := exec.Command("sinfo", "--noheader", "--format=%t").CombinedOutput(); err != nil {
-		why = fmt.Sprintf("no SLURM cluster answers (sinfo: %v: %s); start one with scripts/slurm-local.sh up and eval \"$(scripts/slurm-local.sh env)\"", err, bytes.TrimSpace(out))
-	}
+	why := slurmMissing()
 	if why == "" {
 		return
 	}
@@ -60,24 +55,42 @@ func RequireSlurm(t testing.TB) {
 	t.Skipf("skipping SLURM test: %s (set %s=1 to make this a failure)", why, EnvRequireSlurm)
 }
 
+// slurmMissing says why no SLURM cluster can run jobs; "" when one can.
+func slurmMissing() string {
+	if _, err := exec.LookPath("sbatch"); err != nil {
+		return "sbatch is not installed"
+	}
+	if out, err := exec.Command("sinfo", "--noheader", "--format=%t").CombinedOutput(); err != nil {
+		return fmt.Sprintf("no SLURM cluster answers (sinfo: %v: %s); start one with scripts/slurm-local.sh up and eval \"$(scripts/slurm-local.sh env)\"", err, bytes.TrimSpace(out))
+	}
+	return ""
+}
+
 // EnvRequireMultinode, set to 1, turns RequireNodes's skip into a failure
 // (.ci/run sets it).
 const EnvRequireMultinode = "GEAR_REQUIRE_MULTINODE"
 
-// RequireNodes skips the test unless RequireSlurm passes and the cluster has
-// at least n nodes, each up, as scripts/slurm-local.sh up --nodes n makes
-// them (which needs root and ip netns, so without those the test skips too,
-// saying which is missing); with GEAR_REQUIRE_MULTINODE=1 it fails instead.
-// It returns the nodes' names.
+// RequireNodes skips the test unless it runs as root with ip netns (what
+// scripts/slurm-local.sh up --nodes n needs to make a node per network
+// namespace, and the tests to reach the nodes' processes), a SLURM cluster
+// answers, and it has at least n nodes up; with GEAR_REQUIRE_MULTINODE=1
+// (or, for a missing cluster, GEAR_REQUIRE_SLURM=1) it fails instead. It
+// returns the nodes' names.
 func RequireNodes(t testing.TB, n int) []string {
 	t.Helper()
-	RequireSlurm(t)
+	if testing.Short() {
+		t.Skip("multi-node SLURM test skipped in -short mode")
+	}
 	why := ""
 	var nodes []string
 	if os.Geteuid() != 0 {
 		why = "not root, so scripts/slurm-local.sh cannot make a node per network namespace"
 	} else if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil {
 		why = fmt.Sprintf("no ip netns here (%v: %s), so scripts/slurm-local.sh cannot make a node per network namespace", err, bytes.TrimSpace(out))
+	} else if why = slurmMissing(); why != "" {
+		if os.Getenv(EnvRequireSlurm) == "1" {
+			t.Fatalf("%s=1 but %s", EnvRequireSlurm, why)
+		}
 	} else {
 		out, err := exec.Command("sinfo", "--noheader", "--Node", "--format=%N %t").Output()
 		if err != nil {
