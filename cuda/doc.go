@@ -27,7 +27,11 @@
 //     every rank NCCL.ShareUniqueID(ctx, world, key) and NCCL.NewComm(ctx, dev,
 //     id, size, rank); register NCCLComm.AbortOnLost with the world's OnLost;
 //     call the collectives with a context; Close(ctx) at the end.
-//  8. Close Samplers, Gatherers and streams, free memory, then Device.Close.
+//  8. Learning: LaunchMatMul (Forward, InputGrad, WeightGrad shapes),
+//     LaunchColSum, LaunchTD and LaunchTDSum, LaunchClipNorm, LaunchAdam,
+//     LaunchSoftUpdate and LaunchPrioScatter enqueue a learner's steps; each has
+//     a CPU twin (MatMulCPU, ...) that computes the same bits.
+//  9. Close Samplers, Gatherers and streams, free memory, then Device.Close.
 //
 // # Buffer ownership
 //

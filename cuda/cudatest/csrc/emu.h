@@ -121,6 +121,15 @@ static inline double __dmul_rn(double a, double b) {
   return r;
 }
 
+// The rounded arithmetic intrinsics: each operation rounded on its own, never
+// fused (the library is also built with -ffp-contract=off).
+static inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
+static inline float __fsub_rn(float a, float b) { volatile float r = a - b; return r; }
+static inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+static inline float __fdiv_rn(float a, float b) { volatile float r = a / b; return r; }
+static inline float __fsqrt_rn(float a) { volatile float r = sqrtf(a); return r; }
+static inline double __dadd_rn(double a, double b) { volatile double r = a + b; return r; }
+static inline double __dsub_rn(double a, double b) { volatile double r = a - b; return r; }
 // Fibers run one at a time, so plain read-modify-writes are atomic.
 template <typename T>
 static inline T atomicAdd(T* p, T v) {

@@ -305,6 +305,9 @@ const std::vector<Known>& known_kernels() {
       KNOWN(gear_ws_draws_f32),  KNOWN(gear_ws_draws_f64),     KNOWN(gear_topk_init),
       KNOWN(gear_topk_hist_f32), KNOWN(gear_topk_hist_f64),    KNOWN(gear_topk_select),
       KNOWN(gear_topk_collect_f32), KNOWN(gear_topk_collect_f64),
+      KNOWN(gear_mm_f32),        KNOWN(gear_colsum_f32),       KNOWN(gear_dqn_td),
+      KNOWN(gear_dqn_td_sum),    KNOWN(gear_sumsq_f32),        KNOWN(gear_clip_scale),
+      KNOWN(gear_adam_f32),      KNOWN(gear_soft_update_f32),  KNOWN(gear_prio_scatter),
   };
   return k;
 }

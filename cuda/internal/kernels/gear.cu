@@ -5,3 +5,4 @@
 #include "gather.cuh"
 #include "wsample.cuh"
 #include "topk.cuh"
+#include "mlp.cuh"
