@@ -58,10 +58,15 @@
 // coordinator on the first node of SLURM_JOB_NODELIST at RendezvousPort(job
 // ID) (the port rank.FromEnv derives too), and starts one srun step of
 // `gearrun run --slurm-task`, one task per rank, with srun's
-// --kill-on-bad-exit. Each task is a SlurmTask: it reads SLURM_PROCID,
-// SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and SLURM_JOB_NODELIST through
-// rank.FromEnv, finds its role, sets the GEAR_* contract and the device
-// binding, runs the role's command, and on failure prints gear's message
-// naming the rank and records it; SlurmRun reports the first failed rank as
-// the job's cause and exits with its status.
+// --kill-on-bad-exit; the ranks dial the first node at its address
+// (SlurmNodeAddr: SLURM's NodeAddr). Each task is a SlurmTask: it reads
+// SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID and
+// SLURM_JOB_NODELIST through rank.FromEnv, finds its role, sets the GEAR_*
+// contract and the device binding, runs the role's command, and on failure
+// prints gear's message naming the rank and its node and records it; SlurmRun
+// reports the first failed rank (a rank killed by a signal before the peers
+// that failed with it) as the job's cause and exits with its status. Once the
+// coordinator has lost a rank, SlurmRun gives srun [launch].grace to end the
+// step and then kills it: srun would wait minutes for the tasks of a node
+// that died with its slurmd.
 package jobs

@@ -153,8 +153,8 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	}
 	// A node's name need not resolve (nodes named apart from their hosts, as
 	// in scripts/slurm-local.sh up --nodes N): the ranks dial its address.
-	first := nodeAddr(ctx, hosts[0])
-	rdzv := net.JoinHostPort(first, gotPort)
+	firstAddr := nodeAddr(ctx, hosts[0])
+	rdzv := net.JoinHostPort(firstAddr, gotPort)
 
 	if sr.JobDir != "" {
 		// A requeued job runs again in the same directory: forget the last run's
@@ -211,7 +211,7 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("jobs: run --slurm: %w", err)
 		}
 		release()
-		cmd.Env = append(cmd.Env, rank.EnvTorchMasterAddr+"="+first, rank.EnvTorchMasterPort+"="+strconv.Itoa(port))
+		cmd.Env = append(cmd.Env, rank.EnvTorchMasterAddr+"="+firstAddr, rank.EnvTorchMasterPort+"="+strconv.Itoa(port))
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
