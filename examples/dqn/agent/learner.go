@@ -19,9 +19,38 @@ type Stats struct {
 	MeanAbsTD float64
 }
 
-// Learner is the trainer's side of Double DQN: an online and a target Q network
-// and the Adam state.
-type Learner struct {
+// Learner is the trainer's side of Double DQN, on the CPU (CPULearner) or on a
+// GPU (package gpulearn); both compute the same losses for the same batches.
+// A caller does, per gradient step: ComputeGradients, ApplyGradients, then
+// hands Priorities to the replay. A Learner is not safe for concurrent use.
+type Learner interface {
+	// ComputeGradients computes the gradients of batch b's loss (see
+	// CPULearner.ComputeGradients) and the batch's new priorities.
+	ComputeGradients(b *replay.Batch, beta float64) (Stats, error)
+	// ApplyGradients clips, takes an Adam step and updates the target
+	// network; it returns the gradient norm before clipping.
+	ApplyGradients() (float64, error)
+	// Priorities are the last batch's new priorities, in batch order.
+	Priorities() []float64
+	// MaxPriority is the largest priority so far (at least 1).
+	MaxPriority() float64
+	// SetLearningRate sets Adam's learning rate for the next steps.
+	SetLearningRate(lr float64)
+	// GradSteps is the number of gradient steps applied.
+	GradSteps() int64
+	// OnlineParams returns the online network's parameters on the host, in
+	// nn's layout, for actors. The slice is the learner's: read it before the
+	// next step.
+	OnlineParams() ([]float32, error)
+	// Close releases what the learner holds (device memory).
+	Close() error
+}
+
+var _ Learner = (*CPULearner)(nil)
+
+// CPULearner is the trainer's side of Double DQN on the CPU: an online and a
+// target Q network and the Adam state.
+type CPULearner struct {
 	cfg        Config
 	obsSize    int
 	numActions int
@@ -37,9 +66,9 @@ type Learner struct {
 	gradSteps  int64
 }
 
-// NewLearner returns a learner with freshly initialized networks (the target a
+// NewLearner returns a CPU learner with freshly initialized networks (the target a
 // copy of the online one) for batches of cfg.BatchSize transitions.
-func NewLearner(cfg Config, obsSize, numActions int, rng *rand.Rand) (*Learner, error) {
+func NewLearner(cfg Config, obsSize, numActions int, rng *rand.Rand) (*CPULearner, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -48,7 +77,7 @@ func NewLearner(cfg Config, obsSize, numActions int, rng *rand.Rand) (*Learner, 
 	}
 	sizes := LayerSizes(cfg, obsSize, numActions)
 	b := cfg.BatchSize
-	l := &Learner{
+	l := &CPULearner{
 		cfg:        cfg,
 		obsSize:    obsSize,
 		numActions: numActions,
@@ -74,24 +103,30 @@ func LayerSizes(cfg Config, obsSize, numActions int) []int {
 
 // Online returns the online network. Its Params are what actors act with and
 // its Grads what data-parallel trainers all-reduce.
-func (l *Learner) Online() *nn.MLP { return l.online }
+func (l *CPULearner) Online() *nn.MLP { return l.online }
+
+// OnlineParams returns the online network's parameters (they alias it).
+func (l *CPULearner) OnlineParams() ([]float32, error) { return l.online.Params(), nil }
+
+// Close does nothing: a CPULearner holds only Go memory.
+func (l *CPULearner) Close() error { return nil }
 
 // Target returns the target network.
-func (l *Learner) Target() *nn.MLP { return l.target }
+func (l *CPULearner) Target() *nn.MLP { return l.target }
 
 // SetLearningRate sets Adam's learning rate for the next steps.
-func (l *Learner) SetLearningRate(lr float64) { l.opt.LR = lr }
+func (l *CPULearner) SetLearningRate(lr float64) { l.opt.LR = lr }
 
 // GradSteps returns the number of gradient steps applied.
-func (l *Learner) GradSteps() int64 { return l.gradSteps }
+func (l *CPULearner) GradSteps() int64 { return l.gradSteps }
 
 // Priorities returns the new priorities |δ| + ε of the last batch passed to
 // ComputeGradients, in batch order; the slice is overwritten by the next call.
-func (l *Learner) Priorities() []float64 { return l.priorities }
+func (l *CPULearner) Priorities() []float64 { return l.priorities }
 
 // MaxPriority returns the largest priority computed so far (at least 1): the
 // priority that new transitions are inserted with, so each is sampled soon.
-func (l *Learner) MaxPriority() float64 { return l.maxPrio }
+func (l *CPULearner) MaxPriority() float64 { return l.maxPrio }
 
 // ComputeGradients sets the online network's gradients to those of the
 // importance-weighted Huber loss of batch b:
@@ -102,7 +137,7 @@ func (l *Learner) MaxPriority() float64 { return l.maxPrio }
 //
 // where d_i is the transition's discount (0 after termination). It also records
 // the new priorities |δ_i| + ε. b.Len() must equal the configured batch size.
-func (l *Learner) ComputeGradients(b *replay.Batch, beta float64) (Stats, error) {
+func (l *CPULearner) ComputeGradients(b *replay.Batch, beta float64) (Stats, error) {
 	n, d, na := l.cfg.BatchSize, l.obsSize, l.numActions
 	if b.Len() != n || b.ObsSize != d {
 		return Stats{}, fmt.Errorf("agent: batch of %d×%d, want %d×%d", b.Len(), b.ObsSize, n, d)
@@ -153,7 +188,7 @@ func (l *Learner) ComputeGradients(b *replay.Batch, beta float64) (Stats, error)
 // ApplyGradients clips the online network's gradients to the configured global
 // norm, takes an Adam step, and updates the target network (a copy every
 // TargetUpdate steps, or a soft update). It returns the norm before clipping.
-func (l *Learner) ApplyGradients() (float64, error) {
+func (l *CPULearner) ApplyGradients() (float64, error) {
 	if !l.ready {
 		return 0, errNoForward
 	}

@@ -30,6 +30,9 @@ type RunConfig struct {
 	OnEpisode func(Progress)
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// NewLearner makes the learner (NewLearner, the CPU learner, when nil);
+	// package gpulearn's New is the GPU one. Run closes it.
+	NewLearner func(cfg Config, obsSize, numActions int, rng *rand.Rand) (Learner, error)
 }
 
 // Progress is the state of a run after an episode.
@@ -94,15 +97,25 @@ func Run(ctx context.Context, env Env, cfg RunConfig) (Result, error) {
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	split := func() *rand.Rand { return rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) }
-	learner, err := NewLearner(ac, env.ObsSize(), env.NumActions(), split())
+	newLearner := cfg.NewLearner
+	if newLearner == nil {
+		newLearner = func(c Config, obs, na int, rng *rand.Rand) (Learner, error) { return NewLearner(c, obs, na, rng) }
+	}
+	learner, err := newLearner(ac, env.ObsSize(), env.NumActions(), split())
 	if err != nil {
 		return Result{}, err
 	}
+	defer learner.Close()
+	onlineParams := learner.OnlineParams
 	actor, err := NewActor(env, LayerSizes(ac, env.ObsSize(), env.NumActions()), ac.NStep, ac.Gamma, split())
 	if err != nil {
 		return Result{}, err
 	}
-	if err := actor.SetParams(learner.Online().Params()); err != nil {
+	params, err := onlineParams()
+	if err != nil {
+		return Result{}, err
+	}
+	if err := actor.SetParams(params); err != nil {
 		return Result{}, err
 	}
 	table := cfg.Table
@@ -171,7 +184,11 @@ func Run(ctx context.Context, env Env, cfg RunConfig) (Result, error) {
 				}
 			}
 			p.GradSteps = learner.GradSteps()
-			if err := actor.SetParams(learner.Online().Params()); err != nil {
+			params, err := onlineParams()
+			if err != nil {
+				return stop(err)
+			}
+			if err := actor.SetParams(params); err != nil {
 				return stop(err)
 			}
 		}

@@ -292,7 +292,7 @@ func plural(n int, what string) string {
 
 // trainLoop is the training loop's state.
 type trainLoop struct {
-	learner      *agent.Learner
+	learner      *agent.CPULearner
 	rp           *shardReplay
 	st           *sample.ShardTable
 	shard        *store.Shard
