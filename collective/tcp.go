@@ -148,6 +148,10 @@ func (t *tcpTransport) connect(ctx context.Context, peers []tcpPeer, tuning Tuni
 			for _, c := range conns {
 				c.Close()
 			}
+			for r, l := range t.links {
+				unix.Close(l.fd)
+				delete(t.links, r)
+			}
 			return err
 		}
 		t.links[r] = l

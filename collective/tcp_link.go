@@ -324,8 +324,8 @@ func (l *tcpLink) handOff() {
 	}
 }
 
-// pureSpin is how long a wait polls its socket before it yields the CPU
-// between polls (unless the host is oversubscribed: then it yields from the
+// tcpPureSpin is how long a wait polls its socket before it yields the CPU
+// between polls (unless the machine is oversubscribed: then it yields from the
 // start).
 const tcpPureSpin = 50 * time.Microsecond
 
