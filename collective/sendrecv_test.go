@@ -94,3 +94,49 @@ func TestSendRecv(t *testing.T) {
 		})
 	}
 }
+
+// TestTCPParked runs the suite's cases over TCP with Tuning.Spin 0: every
+// wait parks at once, so that the links' reader goroutines read every frame,
+// posted receives included, and hand reading back and forth with the calls.
+func TestTCPParked(t *testing.T) {
+	for tname, tuning := range tunings() {
+		for _, n := range []int{2, 3} {
+			t.Run(fmt.Sprintf("%s/np=%d", tname, n), func(t *testing.T) {
+				tuning := tuning
+				tuning.Spin = 0
+				comms, _ := collectivetest.Comms(t, n, collectivetest.Config{Transport: collectivetest.TCP, Tuning: &tuning})
+				for _, count := range counts(n, tname) {
+					for _, tc := range caseList(n, count) {
+						if errs := collectivetest.Each(context.Background(), comms, tc.fn); errs != nil {
+							t.Fatalf("%s count=%d: %v", tc.name, count, errs)
+						}
+					}
+				}
+				errs := collectivetest.Each(context.Background(), comms, func(ctx context.Context, c *collective.Comm) error {
+					if c.Rank() > 1 {
+						return nil
+					}
+					peer := 1 - c.Rank()
+					send := swapBuffers(c.Rank(), peer, tuning.ChunkBytes)
+					want := swapBuffers(peer, c.Rank(), tuning.ChunkBytes)
+					recv := make([][]byte, len(want))
+					for i, b := range want {
+						recv[i] = make([]byte, len(b))
+					}
+					if err := collective.SendRecv(ctx, c, send, recv, peer, 5); err != nil {
+						return err
+					}
+					for i := range want {
+						if !bytes.Equal(recv[i], want[i]) {
+							return fmt.Errorf("rank %d: buffer %d differs", c.Rank(), i)
+						}
+					}
+					return nil
+				})
+				if errs != nil {
+					t.Fatal(errs)
+				}
+			})
+		}
+	}
+}
