@@ -8,6 +8,7 @@
 //	go run ./examples/dqn --seed 1                 # full run: mean return 475 over 100 episodes
 //	go run ./examples/dqn --quick                  # CI run: mean return 150 over 20 episodes
 //	go run ./examples/dqn --seed 2 --curve run.csv # also write the learning curve
+//	go run ./examples/dqn --device gpu             # the learner on CUDA device 0
 //
 // Under gearrun each rank plays the role its group names (--role, or gearrun's
 // --role): trainers own replay shards and learn, actors step environments,
@@ -57,6 +58,7 @@ type options struct {
 	quick        bool
 	curve        string
 	report       time.Duration
+	device       string
 	cfg          agent.Config
 
 	// Distributed runs (under gearrun).
@@ -78,6 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "the short CI run: smaller network, faster schedules, lower target")
 	fs.StringVar(&o.curve, "curve", "", "write the learning curve as CSV to this file")
 	fs.DurationVar(&o.report, "report-every", 5*time.Second, "interval between progress lines when not on a terminal")
+	fs.StringVar(&o.device, "device", "cpu", "where the learner runs: cpu, gpu (CUDA device 0) or auto (the GPU when there is one)")
 
 	// Hyperparameters; zero values keep the recipe chosen by --quick.
 	hidden := fs.String("hidden", "", "hidden layer widths, comma-separated (default 64,64)")

@@ -18,9 +18,20 @@ func runSingle(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := o.cfg
-	fmt.Fprintf(stdout, "dqn: CartPole-v1, seed %d, network %v, batch %d, lr %g, %d-step, target every %d, alpha %g, until mean%d >= %g or %d frames\n",
+	dev, err := openDevice(o.device)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		_ = curve.close()
+		return 2
+	}
+	defer func() {
+		if err := dev.Close(); err != nil {
+			fmt.Fprintf(stderr, "dqn: %v\n", err)
+		}
+	}()
+	fmt.Fprintf(stdout, "dqn: CartPole-v1, seed %d, network %v, batch %d, lr %g, %d-step, target every %d, alpha %g, learner on %s, until mean%d >= %g or %d frames\n",
 		o.seed, agent.LayerSizes(c, cartpole.ObsSize, cartpole.NumActions), c.BatchSize, c.LR, c.NStep, c.TargetUpdate,
-		c.PriorityExponent, o.window, o.targetReturn, o.frames)
+		c.PriorityExponent, dev.name, o.window, o.targetReturn, o.frames)
 
 	status := newStatus(stdout, isTerminal(stdout), o.report)
 	res, err := agent.Run(ctx, cartpole.New(), agent.RunConfig{
@@ -29,6 +40,7 @@ func runSingle(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		MaxFrames:    o.frames,
 		TargetReturn: o.targetReturn,
 		Window:       o.window,
+		NewLearner:   dev.newLearner(),
 		OnEpisode: func(p agent.Progress) {
 			curve.add(p)
 			status.update(p, "")

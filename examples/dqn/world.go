@@ -30,6 +30,10 @@ func runWorld(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		}
 		return runSingle(ctx, o, stdout, stderr)
 	}
+	if o.device == "gpu" {
+		fmt.Fprintln(stderr, "dqn: --device gpu: distributed trainers learn on the CPU; the GPU learner runs in a world of one")
+		return 2
+	}
 	role := rankRole(o.role, w)
 	if spec, err := jobs.FromEnv(); err == nil && spec.Table != nil {
 		if err := dist.ApplyTable(&o.dist, spec.Table, cartpole.ObsSize); err != nil {
