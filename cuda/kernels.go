@@ -20,7 +20,7 @@ type gearKernels struct {
 	topkHist, topkCollect         [2]Function
 	mm, colsum, td, tdSum         Function
 	sumsq, clipScale, adam, soft  Function
-	prioScatter                   Function
+	prioScatter, isWeights        Function
 }
 
 // gear returns the device's kernels, loading the embedded PTX on first use.
@@ -56,7 +56,7 @@ func loadGearKernels(dev *Device) (*gearKernels, error) {
 		{&k.topkCollect[0], "gear_topk_collect_f32"}, {&k.topkCollect[1], "gear_topk_collect_f64"},
 		{&k.mm, "gear_mm_f32"}, {&k.colsum, "gear_colsum_f32"}, {&k.td, "gear_dqn_td"}, {&k.tdSum, "gear_dqn_td_sum"},
 		{&k.sumsq, "gear_sumsq_f32"}, {&k.clipScale, "gear_clip_scale"}, {&k.adam, "gear_adam_f32"},
-		{&k.soft, "gear_soft_update_f32"}, {&k.prioScatter, "gear_prio_scatter"},
+		{&k.soft, "gear_soft_update_f32"}, {&k.prioScatter, "gear_prio_scatter"}, {&k.isWeights, "gear_is_weights"},
 	} {
 		if *f.fn, err = mod.Function(f.name); err != nil {
 			_ = mod.Unload()

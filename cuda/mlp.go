@@ -360,3 +360,32 @@ func PrioScatterCPU(weights []float32, idx []int64, item []float64, alpha float6
 		weights[x] = float32(math.Pow(item[TDItemWords*i+3], alpha))
 	}
 }
+
+// LaunchISWeights enqueues the normalized importance weights of n sampled
+// items (gear_is_weights): out[i] (float64) = x_i / max_j x_j with x_i =
+// (size · weights[idx[i]] / *total)^−β, from float32 sampling weights, int64
+// indices and the weights' float64 total (Sampler.Total) in device memory.
+func (dev *Device) LaunchISWeights(s Stream, out, weights, idx DevicePtr, n, size int, total DevicePtr, beta float64) error {
+	k, err := dev.gear()
+	if err != nil {
+		return err
+	}
+	return dev.Launch(k.isWeights, LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 256}, Stream: s}, out, weights, idx, int64(n), float64(size), total, beta)
+}
+
+// ISWeightsCPU is gear_is_weights' twin. The kernel's pow and Go's math.Pow
+// may differ in the last bit.
+func ISWeightsCPU(out []float64, weights []float32, idx []int64, size int, total, beta float64) {
+	wmax := 0.0
+	for i, x := range idx {
+		v := 1.0
+		if beta != 0 {
+			v = math.Pow(float64(size)*(float64(weights[x])/total), -beta)
+		}
+		out[i] = v
+		wmax = max(wmax, v)
+	}
+	for i := range idx {
+		out[i] = out[i] / wmax
+	}
+}

@@ -219,3 +219,58 @@ func TestOptimizerTwins(t *testing.T) {
 		}
 	})
 }
+
+// The importance weights from the sampler's total, against the twin (whose pow
+// may differ in the last bit).
+func TestISWeightsTwin(t *testing.T) {
+	onDevices(t, func(t *testing.T, dev *cuda.Device, gpu bool) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		n := 20000
+		w := make([]float32, n)
+		for i := range w {
+			w[i] = float32(rng.Float64() + 0.01)
+		}
+		dw := cudatest.ToDevice(t, dev, w)
+		s, err := dev.NewSampler()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if s.Total() != 0 {
+			t.Fatal("Total before the first sample")
+		}
+		draws := cuda.UniformDraws(5, 300)
+		idx := make([]int64, len(draws))
+		if err := s.WeightedSample(context.Background(), 0, dw, n, cuda.Float32, draws, idx); err != nil {
+			t.Fatal(err)
+		}
+		total := fromDev[float64](t, dev, s.Total(), 1)[0]
+		var sum float64
+		for _, x := range w {
+			sum += float64(x)
+		}
+		if math.Abs(total-sum) > 1e-9*sum {
+			t.Fatalf("Total %v, sum of the weights %v", total, sum)
+		}
+		didx := cudatest.ToDevice(t, dev, idx)
+		for _, beta := range []float64{0, 0.4, 1} {
+			want := make([]float64, len(idx))
+			cuda.ISWeightsCPU(want, w, idx, n, total, beta)
+			out := cudatest.ToDevice(t, dev, make([]float64, len(idx)))
+			if err := dev.LaunchISWeights(0, out, dw, didx, len(idx), n, s.Total(), beta); err != nil {
+				t.Fatal(err)
+			}
+			got := fromDev[float64](t, dev, out, len(idx))
+			top := 0.0
+			for i := range want {
+				if math.Abs(got[i]-want[i]) > 1e-15*want[i] {
+					t.Fatalf("beta %g: weight %d = %v, twin %v", beta, i, got[i], want[i])
+				}
+				top = max(top, got[i])
+			}
+			if top != 1 {
+				t.Fatalf("beta %g: largest weight %v, want 1", beta, top)
+			}
+		}
+	})
+}

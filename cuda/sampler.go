@@ -25,6 +25,8 @@ type Sampler struct {
 	done    Event
 	pending bool // done was recorded and may not have passed
 	closed  bool
+
+	lastTiles int // tiles of the last WeightedSample: its total is prefix[lastTiles]
 }
 
 const (
@@ -181,6 +183,7 @@ func (s *Sampler) WeightedSample(ctx context.Context, st Stream, weights DeviceP
 	if err := s.finish(ctx, st); err != nil {
 		return err
 	}
+	s.lastTiles = nt
 	if err := statusError(int32(binary.LittleEndian.Uint32(s.stage))); err != nil {
 		return err
 	}
@@ -188,6 +191,19 @@ func (s *Sampler) WeightedSample(ctx context.Context, st Stream, weights DeviceP
 		out[i] = int64(binary.LittleEndian.Uint64(body[i*8:]))
 	}
 	return nil
+}
+
+// Total is the device address of the float64 total of the weights that the
+// last WeightedSample drew from (the last entry of its prefix sums), for
+// kernels that turn weights into probabilities (LaunchISWeights) on the
+// device. It is valid until the sampler's next call, and 0 before the first.
+func (s *Sampler) Total() DevicePtr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lastTiles == 0 {
+		return 0
+	}
+	return s.scan.Add(s.scanCap*8 + s.lastTiles*8)
 }
 
 // topkGrid is the grid of the histogram and collect kernels.

@@ -308,6 +308,7 @@ const std::vector<Known>& known_kernels() {
       KNOWN(gear_mm_f32),        KNOWN(gear_colsum_f32),       KNOWN(gear_dqn_td),
       KNOWN(gear_dqn_td_sum),    KNOWN(gear_sumsq_f32),        KNOWN(gear_clip_scale),
       KNOWN(gear_adam_f32),      KNOWN(gear_soft_update_f32),  KNOWN(gear_prio_scatter),
+      KNOWN(gear_is_weights),
   };
   return k;
 }

@@ -219,4 +219,33 @@ extern "C" __global__ void __launch_bounds__(256)
   weights[idx[i]] = (float)pow(item[4 * i + 3], alpha);
 }
 
+// gear_is_weights: one block computes the normalized importance weights of n
+// sampled items: x_i = (size · weights[idx[i]] / total)^−β (1 when β is 0), and
+// out[i] = x_i / max_j x_j. total is the float64 sum of the weights (the
+// weighted sampler's scan leaves it in device memory).
+#define GEAR_IS_THREADS 256
+extern "C" __global__ void __launch_bounds__(GEAR_IS_THREADS)
+    gear_is_weights(double* __restrict__ out, const float* __restrict__ weights,
+                    const gear_i64* __restrict__ idx, gear_i64 n, double size,
+                    const double* __restrict__ total, double beta) {
+  __shared__ double mx[GEAR_IS_THREADS];
+  const int t = threadIdx.x;
+  const double tot = total[0];
+  double m = 0.0;
+  for (gear_i64 i = t; i < n; i += GEAR_IS_THREADS) {
+    double x = 1.0;
+    if (beta != 0) x = pow(__dmul_rn(size, (double)weights[idx[i]] / tot), -beta);
+    out[i] = x;
+    if (x > m) m = x;
+  }
+  mx[t] = m;
+  __syncthreads();
+  for (int stride = GEAR_IS_THREADS / 2; stride > 0; stride >>= 1) {
+    if (t < stride && mx[t + stride] > mx[t]) mx[t] = mx[t + stride];
+    __syncthreads();
+  }
+  const double wmax = mx[0];
+  for (gear_i64 i = t; i < n; i += GEAR_IS_THREADS) out[i] = out[i] / wmax;
+}
+
 #endif
