@@ -379,9 +379,8 @@ func TestMultiNodeLostNode(t *testing.T) {
 	}
 }
 
-// TestMultiNodeDeadNode kills a whole node in the middle of AllReduce: every
-// process in its network namespace, its slurmd and slurmstepd with its ranks,
-// as when the machine dies. srun would wait minutes for the dead node's tasks;
+// TestMultiNodeDeadNode kills a node in the middle of AllReduce: its slurmd,
+// and the job's slurmstepd, tasks and ranks there, as when the machine dies. srun would wait minutes for the dead node's tasks;
 // gearrun must end non-zero within 5 s with a message naming the node, and no
 // rank may be left on the other nodes. The node comes back through
 // scripts/slurm-local.sh up afterwards.
@@ -414,19 +413,51 @@ func TestMultiNodeDeadNode(t *testing.T) {
 	if err != nil || netns == own {
 		t.Skipf("rank 2 is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", netns, err)
 	}
+	// No other job may start on the node while it is dead (the tests of
+	// other packages may submit jobs meanwhile): drain it first.
+	scontrol := func(args ...string) {
+		if out, err := exec.Command("scontrol", args...).CombinedOutput(); err != nil {
+			t.Errorf("scontrol %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	scontrol("update", "nodename="+victimNode, "state=drain", "reason=gear-test-dead-node")
 	t.Cleanup(func() {
-		// Bring the node back (its slurmd), and let SLURM finish the job.
+		// Bring the node back (its slurmd), let SLURM finish the job there,
+		// and open the node again.
 		cmd := exec.Command("../scripts/slurm-local.sh", "up", "--nodes", strconv.Itoa(len(nodes)))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("scripts/slurm-local.sh up: %v\n%s", err, out)
 		}
+		// The node may be back in service already (ReturnToService=2 when
+		// its slurmd registers); wait until it takes jobs.
+		exec.Command("scontrol", "update", "nodename="+victimNode, "state=resume").Run()
+		for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			out, _ := exec.Command("sinfo", "--noheader", "--Node", "--nodes="+victimNode, "--format=%t").Output()
+			st := strings.TrimSpace(string(out))
+			if strings.HasPrefix(st, "idle") || strings.HasPrefix(st, "mix") || strings.HasPrefix(st, "alloc") {
+				return
+			}
+			if time.Now().After(end) {
+				t.Errorf("node %s is %q 30s after its slurmd came back", victimNode, st)
+				return
+			}
+		}
 	})
 	time.Sleep(500 * time.Millisecond)
+	// The node's death, as far as this job and SLURM's hold on the node go:
+	// its slurmd, the job's slurmstepd, and the job's processes there. Other
+	// jobs' processes on the node are left alone.
 	start := time.Now()
 	var killed []string
 	for _, pid := range processesIn(netns) {
-		if syscall.Kill(pid, syscall.SIGKILL) == nil {
-			killed = append(killed, processName(pid))
+		name := processName(pid)
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		ours := name == "slurmd" ||
+			strings.Contains(string(cmdline), "["+j.SlurmID+".") ||
+			strings.Contains("\x00"+string(environ), "\x00SLURM_JOB_ID="+j.SlurmID+"\x00")
+		if ours && syscall.Kill(pid, syscall.SIGKILL) == nil {
+			killed = append(killed, name)
 		}
 	}
 	slices.Sort(killed)
