@@ -57,6 +57,15 @@ func (d *learnerDevice) newLearner() func(agent.Config, int, int, *rand.Rand) (a
 	return gpulearn.Opener(d.dev)
 }
 
+// newReplay is agent.RunConfig's NewDeviceReplay: the GEAR batch path on the
+// GPU unless replayMode is "host", nil on the CPU.
+func (d *learnerDevice) newReplay(replayMode string) func(agent.Learner, agent.Config, *rand.Rand) (agent.DeviceReplay, error) {
+	if d.dev == nil || replayMode == "host" {
+		return nil
+	}
+	return gpulearn.ReplayOpener()
+}
+
 // Close releases the GPU, after the learner has been closed.
 func (d *learnerDevice) Close() error {
 	if d.dev == nil {

@@ -20,7 +20,7 @@ func TestDeviceGPUOnFakeFollowsCPU(t *testing.T) {
 	var got [2][]string
 	for i, device := range []string{"cpu", "gpu"} {
 		var out, errb bytes.Buffer
-		code := run(append(args, "--device", device), &out, &errb)
+		code := run(append(args, "--device", device, "--batches", "host"), &out, &errb)
 		t.Logf("--device %s: %s", device, strings.TrimSpace(out.String()))
 		if code != 1 { // 900 frames do not solve
 			t.Fatalf("--device %s: exit %d, want 1; stderr: %s", device, code, errb.String())
@@ -50,5 +50,18 @@ func TestDeviceFlag(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"--quick", "--device", "auto", "--frames", "50", "--report-every", "1h"}, &out, &errb); code != 1 || !strings.Contains(out.String(), "learner on cpu") {
 		t.Errorf("--device auto without a driver: exit %d, out %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// --device gpu with the GEAR batch path (the default) on the fake driver: the
+// run samples on the device, gathers from the registered shard and learns.
+func TestDeviceGPUBatchesOnFake(t *testing.T) {
+	libs := cudatest.Build(t, cudatest.Options{})
+	t.Setenv("GEAR_CUDA_LIB", libs.CUDA)
+	var out, errb bytes.Buffer
+	code := run([]string{"--quick", "--seed", "3", "--frames", "700", "--learning-starts", "300", "--hidden", "32,32", "--report-every", "1h", "--device", "gpu"}, &out, &errb)
+	t.Log(strings.TrimSpace(out.String()))
+	if code != 1 || !strings.Contains(out.String(), "gathered zero-copy") || !strings.Contains(out.String(), "401 gradient steps") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
 	}
 }

@@ -59,6 +59,7 @@ type options struct {
 	curve        string
 	report       time.Duration
 	device       string
+	batches      string
 	cfg          agent.Config
 
 	// Distributed runs (under gearrun).
@@ -81,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.curve, "curve", "", "write the learning curve as CSV to this file")
 	fs.DurationVar(&o.report, "report-every", 5*time.Second, "interval between progress lines when not on a terminal")
 	fs.StringVar(&o.device, "device", "cpu", "where the learner runs: cpu, gpu (CUDA device 0) or auto (the GPU when there is one)")
+	fs.StringVar(&o.batches, "batches", "device", "with the GPU learner: device (sampled on the GPU, gathered zero-copy from a registered shard, priorities written back on the GPU) or host (the CPU replay, batches copied in)")
 
 	// Hyperparameters; zero values keep the recipe chosen by --quick.
 	hidden := fs.String("hidden", "", "hidden layer widths, comma-separated (default 64,64)")
@@ -127,6 +129,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if o.plot != "" {
 		return o, nil
+	}
+	if o.batches != "device" && o.batches != "host" {
+		return nil, fmt.Errorf("dqn: --batches %q: want device or host", o.batches)
 	}
 	if o.quick {
 		o.cfg = agent.QuickConfig()

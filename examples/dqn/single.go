@@ -29,18 +29,19 @@ func runSingle(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "dqn: %v\n", err)
 		}
 	}()
-	fmt.Fprintf(stdout, "dqn: CartPole-v1, seed %d, network %v, batch %d, lr %g, %d-step, target every %d, alpha %g, learner on %s, until mean%d >= %g or %d frames\n",
+	fmt.Fprintf(stdout, "dqn: CartPole-v1, seed %d, network %v, batch %d, lr %g, %d-step, target every %d, alpha %g, learner on %s%s, until mean%d >= %g or %d frames\n",
 		o.seed, agent.LayerSizes(c, cartpole.ObsSize, cartpole.NumActions), c.BatchSize, c.LR, c.NStep, c.TargetUpdate,
-		c.PriorityExponent, dev.name, o.window, o.targetReturn, o.frames)
+		c.PriorityExponent, dev.name, batchPath(dev, o.batches), o.window, o.targetReturn, o.frames)
 
 	status := newStatus(stdout, isTerminal(stdout), o.report)
 	res, err := agent.Run(ctx, cartpole.New(), agent.RunConfig{
-		Agent:        c,
-		Seed:         o.seed,
-		MaxFrames:    o.frames,
-		TargetReturn: o.targetReturn,
-		Window:       o.window,
-		NewLearner:   dev.newLearner(),
+		Agent:           c,
+		Seed:            o.seed,
+		MaxFrames:       o.frames,
+		TargetReturn:    o.targetReturn,
+		Window:          o.window,
+		NewLearner:      dev.newLearner(),
+		NewDeviceReplay: dev.newReplay(o.batches),
 		OnEpisode: func(p agent.Progress) {
 			curve.add(p)
 			status.update(p, "")
@@ -71,4 +72,15 @@ func summarize(p agent.Progress, window int) string {
 	}
 	return fmt.Sprintf("%d episodes, %d frames, %d gradient steps in %.1fs, %.1fs of CPU (%.0f frames/s, %.0f gradient steps/s), mean%d %.1f",
 		p.Episodes, p.Frames, p.GradSteps, p.Elapsed.Seconds(), cpuTime().Seconds(), p.FramesPerSecond(), gps, window, p.MeanReturn)
+}
+
+// batchPath names how batches reach a GPU learner.
+func batchPath(d *learnerDevice, mode string) string {
+	switch {
+	case d.dev == nil:
+		return ""
+	case mode == "host":
+		return ", batches copied from the CPU replay"
+	}
+	return ", batches sampled on the GPU and gathered zero-copy"
 }

@@ -33,6 +33,26 @@ type RunConfig struct {
 	// NewLearner makes the learner (NewLearner, the CPU learner, when nil);
 	// package gpulearn's New is the GPU one. Run closes it.
 	NewLearner func(cfg Config, obsSize, numActions int, rng *rand.Rand) (Learner, error)
+	// NewDeviceReplay, when not nil, makes a replay that feeds the learner
+	// itself (DeviceReplay) in place of the local prioritized replay; Table
+	// must then be nil. Run closes it.
+	NewDeviceReplay func(l Learner, cfg Config, rng *rand.Rand) (DeviceReplay, error)
+}
+
+// DeviceReplay is a replay that samples, collects a batch and runs the
+// learner's ComputeGradients itself, where the learner's memory is (package
+// gpulearn's Replay: sampling on the GPU, a zero-copy gather into device
+// memory, priorities written back on the device).
+type DeviceReplay interface {
+	// Insert adds a transition with the given priority.
+	Insert(ctx context.Context, t replay.Transition, priority float64) error
+	// Learn samples a batch and computes the learner's gradients on it
+	// (replay.ErrEmpty while empty); the caller then applies them.
+	Learn(ctx context.Context, beta float64) (Stats, error)
+	// Size is the number of transitions held.
+	Size() int
+	// Close releases the replay, before the learner is closed.
+	Close() error
 }
 
 // Progress is the state of a run after an episode.
@@ -120,7 +140,18 @@ func Run(ctx context.Context, env Env, cfg RunConfig) (Result, error) {
 	}
 	table := cfg.Table
 	tableRNG := split()
-	if table == nil {
+	var dr DeviceReplay
+	switch {
+	case cfg.NewDeviceReplay != nil:
+		if table != nil {
+			return Result{}, fmt.Errorf("agent: RunConfig has both a Table and a NewDeviceReplay")
+		}
+		if dr, err = cfg.NewDeviceReplay(learner, ac, tableRNG); err != nil {
+			return Result{}, err
+		}
+		defer dr.Close()
+		table = deviceTable{dr}
+	case table == nil:
 		table, err = replay.NewPrioritized(ac.ReplayCapacity, env.ObsSize(), ac.PriorityExponent, tableRNG)
 		if err != nil {
 			return Result{}, err
@@ -159,22 +190,35 @@ func Run(ctx context.Context, env Env, cfg RunConfig) (Result, error) {
 			p.Beta = Linear(ac.BetaStart, ac.BetaEnd, ac.BetaFrames, p.Frames)
 			learner.SetLearningRate(ac.LearningRate(p.Frames))
 			for k := 0; k < ac.GradSteps; k++ {
-				if err := table.Sample(ctx, batch); err != nil {
-					if errors.Is(err, replay.ErrEmpty) {
-						break
+				var st Stats
+				if dr != nil {
+					// The device replay samples, gathers and writes the
+					// priorities back itself.
+					if st, err = dr.Learn(ctx, p.Beta); err != nil {
+						if errors.Is(err, replay.ErrEmpty) {
+							break
+						}
+						return stop(err)
 					}
-					return stop(err)
+				} else {
+					if err := table.Sample(ctx, batch); err != nil {
+						if errors.Is(err, replay.ErrEmpty) {
+							break
+						}
+						return stop(err)
+					}
+					if st, err = learner.ComputeGradients(batch, p.Beta); err != nil {
+						return stop(err)
+					}
 				}
-				p.Samples += int64(batch.Len())
-				st, err := learner.ComputeGradients(batch, p.Beta)
-				if err != nil {
-					return stop(err)
-				}
+				p.Samples += int64(ac.BatchSize)
 				if _, err := learner.ApplyGradients(); err != nil {
 					return stop(err)
 				}
-				if err := table.UpdatePriorities(ctx, batch.Keys, learner.Priorities()); err != nil {
-					return stop(err)
+				if dr == nil {
+					if err := table.UpdatePriorities(ctx, batch.Keys, learner.Priorities()); err != nil {
+						return stop(err)
+					}
 				}
 				if !emaInit {
 					p.Loss, p.MeanQ, emaInit = st.Loss, st.MeanQ, true
@@ -216,3 +260,21 @@ func Run(ctx context.Context, env Env, cfg RunConfig) (Result, error) {
 	}
 	return stop(nil)
 }
+
+// deviceTable lets Run insert into a DeviceReplay and read its size through
+// replay.Table; Run never samples it.
+type deviceTable struct{ dr DeviceReplay }
+
+func (t deviceTable) Insert(ctx context.Context, tr replay.Transition, priority float64) (uint64, error) {
+	return 0, t.dr.Insert(ctx, tr, priority)
+}
+
+func (t deviceTable) Sample(context.Context, *replay.Batch) error {
+	return errors.New("agent: a device replay is sampled by its Learn")
+}
+
+func (t deviceTable) UpdatePriorities(context.Context, []uint64, []float64) error {
+	return errors.New("agent: a device replay writes its priorities back itself")
+}
+
+func (t deviceTable) Size() int { return t.dr.Size() }

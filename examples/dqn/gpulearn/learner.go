@@ -61,6 +61,18 @@ func Opener(dev *cuda.Device) func(cfg agent.Config, obsSize, numActions int, rn
 	}
 }
 
+// ReplayOpener returns agent.RunConfig's NewDeviceReplay: a Replay of
+// cfg.ReplayCapacity transitions for a Learner of this package.
+func ReplayOpener() func(l agent.Learner, cfg agent.Config, rng *rand.Rand) (agent.DeviceReplay, error) {
+	return func(l agent.Learner, cfg agent.Config, rng *rand.Rand) (agent.DeviceReplay, error) {
+		gl, ok := l.(*Learner)
+		if !ok {
+			return nil, fmt.Errorf("gpulearn: a device replay needs gpulearn's learner, not %T", l)
+		}
+		return NewReplay(gl, cfg.ReplayCapacity, cfg.PriorityExponent, rng)
+	}
+}
+
 // New returns a learner on dev whose networks start as agent.NewLearner's
 // would with the same rng (the online network drawn first, the target a copy
 // of it), for batches of cfg.BatchSize transitions.
