@@ -35,6 +35,7 @@ var benchmarks = []benchmark{
 	{"collect", "collection bandwidth, local and remote", benchCollect},
 	{"launch", "wall and CPU time of whole commands against a peer (--vs)", benchLaunch},
 	{"gpu", "GPU gather and weighted sampling against their limits", benchGPU},
+	{"learner", "DQN learner gradient steps/s and frames/s, --device cpu|gpu", benchLearner},
 }
 
 func main() {
