@@ -31,7 +31,10 @@
 //     LaunchColSum, LaunchTD and LaunchTDSum, LaunchClipNorm, LaunchAdam,
 //     LaunchSoftUpdate and LaunchPrioScatter enqueue a learner's steps; each has
 //     a CPU twin (MatMulCPU, ...) that computes the same bits.
-//  9. Close Samplers, Gatherers and streams, free memory, then Device.Close.
+//  9. Experience between processes on one GPU (GMIs): the consumer's NewRing and
+//     Handle, the producer's OpenRing (CUDA IPC: IPCHandle, OpenIPC, CloseIPC)
+//     and Put; the consumer's Take.
+//  10. Close Samplers, Gatherers and streams, free memory, then Device.Close.
 //
 // # Buffer ownership
 //

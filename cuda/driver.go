@@ -19,6 +19,7 @@ type driverFuncs struct {
 	cuStreamCreate, cuStreamDestroy, cuStreamQuery, cuStreamSynchronize   uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery            uintptr
 	cuEventSynchronize, cuEventElapsedTime                                uintptr
+	cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle            uintptr
 }
 
 func (f *driverFuncs) symbols() []symbol {
@@ -64,6 +65,9 @@ func (f *driverFuncs) symbols() []symbol {
 		sym(&f.cuEventQuery, "cuEventQuery"),
 		sym(&f.cuEventSynchronize, "cuEventSynchronize"),
 		sym(&f.cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"),
+		optSym(&f.cuIpcGetMemHandle, "cuIpcGetMemHandle"),
+		optSym(&f.cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle"),
+		optSym(&f.cuIpcCloseMemHandle, "cuIpcCloseMemHandle"),
 	}
 }
 

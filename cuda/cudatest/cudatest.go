@@ -199,6 +199,9 @@ const (
 	// reference was released, so the driver destroyed them with it: memory
 	// freed after its device was closed.
 	Reclaimed
+	// LiveIPCMappings counts other processes' device memory opened here
+	// (cuIpcOpenMemHandle) and not yet closed.
+	LiveIPCMappings
 )
 
 // FakeCUDA inspects and steers a loaded fake libcuda.so.1.

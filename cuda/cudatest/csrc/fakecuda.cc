@@ -14,6 +14,11 @@
 // gone. Tests steer and inspect it through the fakecuda_* functions at the end.
 
 #include <ucontext.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -333,6 +338,8 @@ enum {
   NOT_FOUND = 500,
   NOT_READY = 600,
   LAUNCH_TIMEOUT = 702,
+  ALREADY_MAPPED = 208,
+  NOT_SUPPORTED = 801,
   ALREADY_REGISTERED = 712,
   NOT_REGISTERED = 713,
   LAUNCH_FAILED = 719,
@@ -351,6 +358,7 @@ struct Region {
   size_t size;
   unsigned flags;
   Context* ctx;
+  int fd;  // device memory: the memfd behind it, so another process can map it (CUDA IPC)
 };
 
 struct Entry {
@@ -398,6 +406,7 @@ std::mutex g_launch_mu;     // the emulator
 std::map<uintptr_t, Region> g_dev;   // device allocations
 std::map<uintptr_t, Region> g_host;  // cuMemHostAlloc / cuMemAllocHost
 std::map<uintptr_t, Region> g_reg;   // cuMemHostRegister
+std::map<uintptr_t, Region> g_ipc;   // cuIpcOpenMemHandle: another process's device memory
 std::map<uintptr_t, Module*> g_modules;
 std::map<uintptr_t, Function*> g_functions;
 std::map<uintptr_t, Stream*> g_streams;
@@ -437,6 +446,37 @@ bool injected(const char* fn, CUresult* r) {
 
 Context* current() { return (Context*)t_current; }
 
+// dev_memfd makes the memfd behind an allocation of n bytes, raising the
+// process's open-file limit to its hard limit the first time.
+int dev_memfd(size_t n) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  });
+  int fd = memfd_create("fakecuda", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, (off_t)n) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// release_region frees a region's memory: a mapping (device memory, IPC) or
+// a host allocation.
+void release_region(uintptr_t p, const Region& r, bool mapped) {
+  if (mapped) {
+    munmap((void*)p, r.size);
+    if (r.fd >= 0) close(r.fd);
+  } else {
+    free((void*)p);
+  }
+}
+
 // context_status is what a call that needs a context finds: none current
 // (INVALID_CONTEXT), or a primary context whose last reference was released
 // (CONTEXT_IS_DESTROYED), as the real driver reports.
@@ -456,10 +496,10 @@ CUresult context_status() {
 
 // reclaim destroys everything that belongs to c (its last reference is gone).
 void reclaim(Context* c) {
-  for (auto* m : {&g_dev, &g_host}) {
+  for (auto* m : {&g_dev, &g_host, &g_ipc}) {
     for (auto it = m->begin(); it != m->end();) {
       if (it->second.ctx == c) {
-        free((void*)it->first);
+        release_region(it->first, it->second, m != &g_host);
         it = m->erase(it);
         g_reclaimed++;
       } else {
@@ -522,7 +562,7 @@ bool inside(const std::map<uintptr_t, Region>& m, uintptr_t p, size_t n, unsigne
 }
 
 bool device_range(uintptr_t p, size_t n) {
-  return inside(g_dev, p, n) || inside(g_host, p, n, 2) || inside(g_reg, p, n, 2);
+  return inside(g_dev, p, n) || inside(g_ipc, p, n) || inside(g_host, p, n, 2) || inside(g_reg, p, n, 2);
 }
 
 Stream* stream_of(uintptr_t s) {
@@ -609,6 +649,7 @@ const char* error_name(int code) {
     case 101: return "CUDA_ERROR_INVALID_DEVICE";
     case 200: return "CUDA_ERROR_INVALID_IMAGE";
     case 201: return "CUDA_ERROR_INVALID_CONTEXT";
+    case 208: return "CUDA_ERROR_ALREADY_MAPPED";
     case 709: return "CUDA_ERROR_CONTEXT_IS_DESTROYED";
     case 222: return "CUDA_ERROR_UNSUPPORTED_PTX_VERSION";
     case 400: return "CUDA_ERROR_INVALID_HANDLE";
@@ -634,6 +675,7 @@ const char* error_string(int code) {
     case 101: return "invalid device ordinal";
     case 200: return "device kernel image is invalid";
     case 201: return "invalid device context";
+    case 208: return "resource already mapped";
     case 709: return "context is destroyed";
     case 222: return "the provided PTX was compiled with an unsupported toolchain.";
     case 400: return "invalid resource handle";
@@ -751,11 +793,18 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
   NEED_CONTEXT();
   if (n == 0) return INVALID_VALUE;
   if (n > kMaxAlloc) return OUT_OF_MEMORY;
-  void* m = aligned_alloc(256, (n + 255) / 256 * 256);
-  if (!m) return OUT_OF_MEMORY;
+  // Device memory is a shared mapping of a memfd, so that a CUDA IPC handle
+  // can carry it to another process (cuIpcGetMemHandle).
+  int fd = dev_memfd(n);
+  if (fd < 0) return OUT_OF_MEMORY;
+  void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    close(fd);
+    return OUT_OF_MEMORY;
+  }
   memset(m, 0xa5, n);  // device memory is not zeroed
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  g_dev[(uintptr_t)m] = Region{n, 0, current()};
+  g_dev[(uintptr_t)m] = Region{n, 0, current(), fd};
   *p = (CUdeviceptr)m;
   return OK;
 }
@@ -765,8 +814,8 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_dev.find(p);
   if (it == g_dev.end()) return INVALID_VALUE;
+  release_region(it->first, it->second, true);
   g_dev.erase(it);
-  free((void*)p);
   return OK;
 }
 
@@ -778,7 +827,7 @@ CUresult cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   void* m = aligned_alloc(4096, (n + 4095) / 4096 * 4096);
   if (!m) return OUT_OF_MEMORY;
   std::lock_guard<std::recursive_mutex> l(g_mu);
-  g_host[(uintptr_t)m] = Region{n, flags, current()};
+  g_host[(uintptr_t)m] = Region{n, flags, current(), -1};
   *p = m;
   return OK;
 }
@@ -804,7 +853,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
   for (auto& r : g_reg) {
     if (a < r.first + r.second.size && r.first < a + n) return ALREADY_REGISTERED;
   }
-  g_reg[a] = Region{n, flags, current()};
+  g_reg[a] = Region{n, flags, current(), -1};
   return OK;
 }
 
@@ -1080,6 +1129,76 @@ CUresult cuEventElapsedTime(float* ms, uintptr_t a, uintptr_t b) {
   return cuEventElapsedTime_v2(ms, a, b);
 }
 
+// CUDA IPC. A handle (64 bytes) names the exporting process, the memfd behind
+// the allocation and its inode, so a stale handle (the memory freed, the fd
+// number reused) is refused. As on the real driver: only the base of a
+// cuMemAlloc allocation is exported; a handle is not opened in the process
+// that made it (CUDA_ERROR_INVALID_CONTEXT); the flags must be
+// CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS; cuIpcCloseMemHandle takes only what
+// cuIpcOpenMemHandle returned. The fake also refuses a second open of a handle
+// that is open in this process (CUDA_ERROR_ALREADY_MAPPED).
+struct IpcHandle {
+  char magic[8];
+  uint64_t pid, fd, ino, size;
+  char pad[24];
+};
+static_assert(sizeof(IpcHandle) == 64, "CUipcMemHandle is 64 bytes");
+
+CUresult cuIpcGetMemHandle(IpcHandle* h, CUdeviceptr p) {
+  NEED_CONTEXT();
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  auto it = g_dev.find(p);
+  if (it == g_dev.end() || it->second.fd < 0) return INVALID_VALUE;
+  struct stat st;
+  if (fstat(it->second.fd, &st) != 0) return INVALID_VALUE;
+  memset(h, 0, sizeof *h);
+  memcpy(h->magic, "GEARIPC", 8);
+  h->pid = (uint64_t)getpid();
+  h->fd = (uint64_t)it->second.fd;
+  h->ino = (uint64_t)st.st_ino;
+  h->size = it->second.size;
+  return OK;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle h, unsigned int flags) {
+  NEED_CONTEXT();
+  if (flags != 1) return INVALID_VALUE;
+  if (memcmp(h.magic, "GEARIPC", 8) != 0) return INVALID_VALUE;
+  if (h.pid == (uint64_t)getpid()) return INVALID_CONTEXT;
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  for (auto& r : g_ipc) {
+    struct stat st;
+    if (fstat(r.second.fd, &st) == 0 && (uint64_t)st.st_ino == h.ino) return ALREADY_MAPPED;
+  }
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%llu/fd/%llu", (unsigned long long)h.pid, (unsigned long long)h.fd);
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  if (fd < 0) return INVALID_VALUE;  // the exporter is gone
+  struct stat st;
+  if (fstat(fd, &st) != 0 || (uint64_t)st.st_ino != h.ino || (uint64_t)st.st_size != h.size) {
+    close(fd);
+    return INVALID_VALUE;  // freed, and the fd number reused
+  }
+  void* m = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) {
+    close(fd);
+    return INVALID_VALUE;
+  }
+  g_ipc[(uintptr_t)m] = Region{h.size, 0, current(), fd};
+  *p = (CUdeviceptr)m;
+  return OK;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  NEED_CONTEXT();
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  auto it = g_ipc.find(p);
+  if (it == g_ipc.end()) return INVALID_VALUE;
+  release_region(it->first, it->second, true);
+  g_ipc.erase(it);
+  return OK;
+}
+
 // ---------------------------------------------------------------------------
 // Test hooks.
 
@@ -1123,6 +1242,7 @@ int fakecuda_live(int kind) {
       return n;
     }
     case 7: return g_reclaimed;
+    case 8: return (int)g_ipc.size();
   }
   return -1;
 }
