@@ -123,6 +123,9 @@ type Plan struct {
 	RdzvAddr    string   `json:"rdzv_addr"`
 	RdzvTimeout Duration `json:"rdzv_timeout"`
 	NumNodes    int      `json:"num_nodes"`
+	// Hosts names the job's hosts in node order when its ranks run on other
+	// hosts (PlaceOnHosts); empty for a job on this machine.
+	Hosts []string `json:"hosts,omitempty"`
 	// TorchEnv gives every rank torchrun's variables (rank.TorchEnv), with
 	// MASTER_ADDR and MASTER_PORT naming where rank 0 serves torch's TCPStore.
 	// MasterPort 0 means: a free port that Run reserves on MasterAddr.
@@ -161,6 +164,9 @@ type RankSpec struct {
 	// Env holds the group's additions (after the plan's).
 	Env    []string `json:"env,omitempty"`
 	Device Device   `json:"device"`
+	// Host is the rank's host as -H or a hostfile names it ("" on this
+	// machine); the rank gets it as GEAR_NODE_NAME.
+	Host string `json:"host,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as text ("60s") in JSON.
@@ -411,6 +417,9 @@ func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	add(rank.EnvRdzvTimeout, time.Duration(p.RdzvTimeout).String())
 	add(rank.EnvJobID, p.JobID)
 	add(rank.EnvJobToken, p.Token)
+	if s.Host != "" {
+		add(rank.EnvNodeName, s.Host)
+	}
 	if p.TorchEnv {
 		env = append(env, p.torchEnv(r).Environ()...)
 	}

@@ -37,6 +37,7 @@ type launchFlags struct {
 	verbose     bool
 	topology    string
 	torchEnv    bool
+	hosts       hostFlags
 }
 
 // groupFlags are the flags that describe one MPMD group; they may follow each ':'.
@@ -176,6 +177,7 @@ func (l *launchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.jobID, "job-id", "", "job ID (default: a new UUID)")
 	fs.BoolVar(&l.verbose, "v", false, "log the launcher's steps on stderr")
 	fs.BoolVar(&l.torchEnv, "torch-env", true, "set torchrun's variables for every rank (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...), so that torch.distributed's env:// init works")
+	l.hosts.register(fs)
 	fs.StringVar(&l.topology, "topology", "", "with GPU binding: read the GPUs from this topology `FILE` instead of NVML (default $"+gmi.EnvTopology+")")
 }
 
@@ -205,6 +207,9 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		}
 		g.bind.set = map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { g.bind.set[f.Name] = true })
+		if i == 0 {
+			lf.hosts.rdzvSet = g.bind.set["rdzv-addr"]
+		}
 		if i == 0 {
 			defaults = g.bind
 		}
@@ -248,6 +253,9 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 	req.NoTorchEnv = !lf.torchEnv
 	if lf.json && !lf.dryRun {
 		return lf, req, errors.New("--json needs --dry-run")
+	}
+	if err := lf.hosts.check(); err != nil {
+		return lf, req, err
 	}
 	if lf.topology != "" && !bindsGPUs(req) {
 		return lf, req, errors.New("--topology needs GPU binding (--bind gpu or --gmi-per-gpu K)")
@@ -301,6 +309,17 @@ func launchCommand(args []string, s stdio) int {
 		}
 		req.Topology = topo
 	}
+	var hosts []launch.Host
+	if lf.hosts.on() {
+		if hosts, err = lf.hosts.list(); err != nil {
+			return failCode(s, 2, err)
+		}
+		if !lf.hosts.rdzvSet {
+			if req.RdzvAddr, err = launch.RdzvAddrFor(hosts); err != nil {
+				return failCode(s, launch.ExitLaunchFailed, err)
+			}
+		}
+	}
 	plan, err := launch.NewPlan(req)
 	if err != nil {
 		var be *launch.BindError
@@ -308,6 +327,11 @@ func launchCommand(args []string, s stdio) int {
 			return failCode(s, launch.ExitLaunchFailed, err) // the binding does not fit this machine
 		}
 		return failCode(s, 2, err)
+	}
+	if hosts != nil {
+		if err := plan.PlaceOnHosts(hosts); err != nil {
+			return failCode(s, 2, err)
+		}
 	}
 	if lf.dryRun {
 		if lf.json {
@@ -320,13 +344,21 @@ func launchCommand(args []string, s stdio) int {
 		}
 		return 0
 	}
-	return runPlan(plan, launch.Options{
+	opts := launch.Options{
 		TagOutput: lf.tagOutput,
 		OutputDir: lf.outputDir,
 		Timeout:   lf.timeout,
 		Grace:     lf.grace,
 		Verbose:   lf.verbose,
-	}, s)
+	}
+	if hosts != nil {
+		rem, err := lf.hosts.remote()
+		if err != nil {
+			return failCode(s, 2, err)
+		}
+		return runOnHosts(plan, opts, rem, s)
+	}
+	return runPlan(plan, opts, s)
 }
 
 // runPlan runs plan with opts on the command's stdio, passing SIGINT and

@@ -68,6 +68,8 @@ func run(args []string, s stdio) int {
 		case "version", "-version", "--version":
 			fmt.Fprintln(s.out, versionLine())
 			return 0
+		case "agent": // started by gearrun -H over ssh; not listed
+			return agentCommand(args[1:], s)
 		}
 		for _, c := range commands {
 			if c.name == args[0] {

@@ -1,0 +1,550 @@
+package launch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gear-rl/gear/rank"
+)
+
+// Remote says how RunOnHosts reaches the hosts and starts their agents.
+type Remote struct {
+	// SSH is the ssh command and its options ({"ssh", "-p", "2222", "-i",
+	// "key"}); nil means {"ssh"}. RunOnHosts puts -o BatchMode=yes first,
+	// so that ssh never waits for a password.
+	SSH []string
+	// Gearrun is the command that runs gearrun on the hosts, as their login
+	// shell reads it ("/opt/gear/bin/gearrun"); RunOnHosts appends " agent".
+	Gearrun string
+	// Dir is the ranks' working directory on hosts where it exists, when the
+	// plan names none ("": the launcher's working directory).
+	Dir string
+}
+
+// RunOnHosts runs a plan placed on hosts (Plan.PlaceOnHosts): it starts the
+// coordinator on the plan's RdzvAddr (which the hosts must reach) and, over
+// ssh to each host, a per-host agent (`gearrun agent`, see RunAgent) that
+// starts that host's ranks. Every host goes through ssh, localhost included.
+// The agents send the ranks' output back over ssh, tagged and in whole lines
+// as Run does, and report each rank's end. Failure and signals work as in Run
+// across every host: the first failed rank, a timeout or a signal stops the
+// ranks of every host (the signal, then SIGKILL after the grace period). A
+// host whose agent or ssh connection ends before its ranks did is lost: the
+// job fails with an error naming the host and its ranks (exit code
+// ExitLaunchFailed), and the other hosts are stopped. An agent whose
+// connection ends kills its ranks' process groups. Options.Stdin,
+// RuntimeDir, ShmDir, Limits and BaseEnv concern this machine and are unused:
+// the ranks read /dev/null and inherit their agent's environment.
+func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result, error) {
+	if p == nil || len(p.Hosts) == 0 {
+		return nil, errors.New("launch: the plan names no hosts (Plan.PlaceOnHosts)")
+	}
+	if rem.Gearrun == "" {
+		return nil, errors.New("launch: no gearrun command for the hosts")
+	}
+	j, err := newJob(p, opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(rem.SSH) == 0 {
+		rem.SSH = []string{"ssh"}
+	}
+	if rem.Dir == "" {
+		rem.Dir, _ = os.Getwd()
+	}
+	hj := &hostJob{job: j, rem: rem, events: make(chan hostEvent, 64)}
+	return hj.run(ctx)
+}
+
+type hostJob struct {
+	*job
+	rem    Remote
+	hosts  []*hostConn
+	events chan hostEvent
+	// sinks[r] are rank r's stdout and stderr pumps.
+	sinks   [][2]*linePump
+	files   []*os.File
+	readers sync.WaitGroup
+	// exited[r] is set when rank r's end is known.
+	exited []bool
+}
+
+// hostConn is one host's ssh connection and agent.
+type hostConn struct {
+	index   int
+	name    string
+	ranks   []int
+	cmd     *exec.Cmd
+	ctl     chan string // control lines for the agent; closed: close its stdin
+	started bool        // some rank of the host started
+	done    bool        // the agent said every rank ended
+	ended   bool        // ssh ended
+	tail    *tailWriter
+}
+
+type hostEvent struct {
+	host int
+	kind byte // a frame kind, or hostEnded
+	rank int
+	data []byte
+	err  error
+}
+
+const hostEnded = 'E'
+
+func (hj *hostJob) run(ctx context.Context) (*Result, error) {
+	p := hj.plan
+	n := len(p.Ranks)
+	hj.exited = make([]bool, n)
+	if err := hj.openSinks(); err != nil {
+		return hj.setupFailed(err)
+	}
+	defer func() {
+		for _, f := range hj.files {
+			f.Close()
+		}
+	}()
+	var err error
+	hj.coord, err = rank.NewCoordinator(rank.CoordinatorConfig{
+		Addr: p.RdzvAddr, JobID: p.JobID, Token: p.Token, Size: n,
+		Timeout: time.Duration(p.RdzvTimeout), Logger: hj.log, ExitReports: true,
+		OnFail: func(err error) {
+			select {
+			case hj.rdzvFail <- err:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		return hj.setupFailed(err)
+	}
+	defer hj.coord.Close()
+	rdzv := hj.coord.Addr()
+	if host, port, err := net.SplitHostPort(rdzv); err == nil {
+		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+			// Listening everywhere, as asked: the hosts dial the address on
+			// the route to them.
+			hosts := make([]Host, len(p.Hosts))
+			for i, h := range p.Hosts {
+				hosts[i] = Host{Name: h, Slots: 1}
+			}
+			if a, err := RdzvAddrFor(hosts); err == nil {
+				h, _, _ := net.SplitHostPort(a)
+				rdzv = net.JoinHostPort(h, port)
+			}
+		}
+	}
+	hj.res.RdzvAddr = rdzv
+	if p.TorchEnv {
+		hj.res.MasterAddr = net.JoinHostPort(p.MasterAddr, strconv.Itoa(p.MasterPort))
+	}
+	hj.log.Debug("launch: coordinator listening", "job", p.JobID, "rdzv", rdzv, "ranks", n, "hosts", len(p.Hosts))
+	for i, name := range p.Hosts {
+		h := &hostConn{index: i, name: name, ranks: p.HostRanks(name), ctl: make(chan string, 16)}
+		hj.hosts = append(hj.hosts, h)
+		if err := hj.start(h, rdzv); err != nil {
+			hj.fail(-1, err.Error(), ExitLaunchFailed)
+			break
+		}
+	}
+	hj.wait(ctx)
+	for _, h := range hj.hosts {
+		close(h.ctl)
+	}
+	hj.readers.Wait()
+	res := hj.res
+	if hj.cause != "" {
+		res.Cause, res.ExitCode = hj.cause, hj.code
+		return res, &JobError{Cause: hj.cause, Code: hj.code, Announced: hj.announced}
+	}
+	return res, nil
+}
+
+// openSinks makes each rank's output pumps: tagged lines on Stdout and
+// Stderr, or files in OutputDir.
+func (hj *hostJob) openSinks() error {
+	hj.sinks = make([][2]*linePump, len(hj.plan.Ranks))
+	if hj.opts.OutputDir != "" {
+		if err := os.MkdirAll(hj.opts.OutputDir, 0o755); err != nil {
+			return fmt.Errorf("launch: output dir: %w", err)
+		}
+	}
+	for r := range hj.sinks {
+		if hj.opts.OutputDir != "" {
+			for s, stream := range []string{"stdout", "stderr"} {
+				f, err := os.OpenFile(filepath.Join(hj.opts.OutputDir, fmt.Sprintf("rank.%d.%s", r, stream)), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+				if err != nil {
+					return fmt.Errorf("launch: output dir: %w", err)
+				}
+				hj.files = append(hj.files, f)
+				hj.sinks[r][s] = newLinePump("", &lineSink{w: f})
+			}
+			continue
+		}
+		prefix := ""
+		if hj.opts.TagOutput {
+			prefix = "[" + strconv.Itoa(r) + "] "
+		}
+		hj.sinks[r] = [2]*linePump{newLinePump(prefix, hj.stdout), newLinePump(prefix, hj.stderr)}
+	}
+	return nil
+}
+
+// start starts host h's ssh and agent, and the goroutines that feed it and
+// read it.
+func (hj *hostJob) start(h *hostConn, rdzv string) error {
+	job, err := json.Marshal(AgentJob{Version: agentVersion, Host: h.name, RdzvAddr: rdzv, Dir: hj.rem.Dir, Plan: hj.plan})
+	if err != nil {
+		return fmt.Errorf("launch: host %s: %w", h.name, err)
+	}
+	job = append(job, '\n')
+	args := append([]string{"-o", "BatchMode=yes"}, hj.rem.SSH[1:]...)
+	args = append(args, h.name, hj.rem.Gearrun+" agent")
+	cmd := exec.Command(hj.rem.SSH[0], args...)
+	// Its own process group: a terminal's ^C reaches gearrun, which forwards
+	// it, not ssh, which would drop the connection.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("launch: host %s: %w", h.name, err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return fmt.Errorf("launch: host %s: %w", h.name, err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return fmt.Errorf("launch: host %s: %w", h.name, err)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("launch: host %s: start %s: %w", h.name, hj.rem.SSH[0], err)
+	}
+	h.cmd = cmd
+	hj.log.Debug("launch: ssh started", "host", h.name, "pid", cmd.Process.Pid, "ranks", rank.FormatRanks(h.ranks))
+	// The job, then control lines, on the agent's stdin.
+	hj.readers.Add(1)
+	go func() {
+		defer hj.readers.Done()
+		stdin.Write(job)
+		for line := range h.ctl {
+			stdin.Write([]byte(line))
+		}
+		stdin.Close()
+	}()
+	h.tail = &tailWriter{sink: hj.stderr}
+	errPump := newLinePump(hj.opts.Name+": "+h.name+": ", &lineSink{w: h.tail})
+	errDone := make(chan struct{})
+	go func() {
+		defer close(errDone)
+		errPump.run(stderr)
+	}()
+	hj.readers.Add(1)
+	go func() {
+		defer hj.readers.Done()
+		rerr := hj.read(h, bufio.NewReaderSize(stdout, 64<<10))
+		if rerr != nil {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+		<-errDone
+		werr := cmd.Wait()
+		if rerr != nil {
+			werr = rerr
+		}
+		hj.events <- hostEvent{host: h.index, kind: hostEnded, err: werr}
+	}()
+	return nil
+}
+
+// read reads host h's frames until the connection ends: output goes to the
+// ranks' sinks, the rest to the events.
+func (hj *hostJob) read(h *hostConn, r io.Reader) error {
+	mine := make(map[int]bool, len(h.ranks))
+	for _, x := range h.ranks {
+		mine[x] = true
+	}
+	var buf []byte
+	for {
+		kind, rnk, data, err := readFrame(r, buf)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("launch: host %s: reading its agent: %w", h.name, err)
+		}
+		buf = data[:0]
+		if rnk != -1 && !mine[rnk] {
+			return fmt.Errorf("launch: host %s: its agent sent a frame of rank %d, not one of its ranks %s", h.name, rnk, rank.FormatRanks(h.ranks))
+		}
+		switch kind {
+		case frameStdout, frameStderr:
+			if rnk < 0 {
+				return fmt.Errorf("launch: host %s: output frame without a rank", h.name)
+			}
+			s := 0
+			if kind == frameStderr {
+				s = 1
+			}
+			hj.sinks[rnk][s].emit(data, true)
+		case frameStarted, frameExited, frameFailed, frameDone:
+			hj.events <- hostEvent{host: h.index, kind: kind, rank: rnk, data: append([]byte(nil), data...)}
+		default:
+			return fmt.Errorf("launch: host %s: unknown frame %q from its agent", h.name, kind)
+		}
+	}
+}
+
+// wait runs until every host's ssh has ended.
+func (hj *hostJob) wait(ctx context.Context) {
+	running := 0
+	for _, h := range hj.hosts {
+		if h.cmd != nil {
+			running++
+		}
+	}
+	var timeout <-chan time.Time
+	if hj.opts.Timeout > 0 {
+		t := time.NewTimer(hj.opts.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+	// grace: from the first stop to SIGKILL of every rank; cut: a grace
+	// later, ssh connections still open (a host that no longer answers) are
+	// cut, which makes their hosts lost.
+	var grace, cut <-chan time.Time
+	var timers []*time.Timer
+	defer func() {
+		for _, t := range timers {
+			t.Stop()
+		}
+	}()
+	after := func(d time.Duration) <-chan time.Time {
+		t := time.NewTimer(d)
+		timers = append(timers, t)
+		return t.C
+	}
+	stop := func(sig syscall.Signal) {
+		if !hj.terminated {
+			hj.terminated = true
+			hj.signalHosts(sig)
+			grace = after(hj.opts.Grace)
+		}
+	}
+	if hj.cause != "" {
+		stop(syscall.SIGTERM)
+	}
+	done := ctx.Done()
+	signals := hj.opts.Signals
+	interrupted := false
+	for running > 0 {
+		select {
+		case ev := <-hj.events:
+			if ev.kind == hostEnded {
+				running--
+			}
+			hj.event(ev)
+			if hj.cause != "" {
+				stop(syscall.SIGTERM)
+			}
+		case err := <-hj.rdzvFail:
+			hj.fail(-1, strings.TrimPrefix(err.Error(), "rank: "), ExitLaunchFailed)
+			stop(syscall.SIGTERM)
+		case <-timeout:
+			hj.fail(-1, fmt.Sprintf("job timed out after %v", hj.opts.Timeout), ExitTimeout)
+			stop(syscall.SIGTERM)
+		case <-done:
+			done = nil
+			hj.fail(-1, fmt.Sprintf("job stopped: %v", context.Cause(ctx)), ExitLaunchFailed)
+			stop(syscall.SIGTERM)
+		case sig := <-signals:
+			s, _ := sig.(syscall.Signal)
+			if interrupted {
+				hj.signalHosts(syscall.SIGKILL)
+				continue
+			}
+			interrupted = true
+			hj.fail(-1, fmt.Sprintf("interrupted by %s", signalName(s)), 128+int(s))
+			if hj.terminated {
+				hj.signalHosts(s)
+			}
+			stop(s)
+		case <-grace:
+			grace = nil
+			hj.log.Debug("launch: grace period over; killing every rank")
+			hj.signalHosts(syscall.SIGKILL)
+			cut = after(hj.opts.Grace)
+		case <-cut:
+			cut = nil
+			for _, h := range hj.hosts {
+				if h.cmd != nil && !h.ended {
+					hj.log.Debug("launch: cutting the connection of a host that does not end", "host", h.name)
+					syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+}
+
+// event handles one report of a host.
+func (hj *hostJob) event(ev hostEvent) {
+	h := hj.hosts[ev.host]
+	switch ev.kind {
+	case frameStarted:
+		pid, _ := strconv.Atoi(string(ev.data))
+		rr := &hj.res.Ranks[ev.rank]
+		rr.PID, rr.Started, rr.Status = pid, true, "running"
+		h.started = true
+		hj.log.Debug("launch: rank started", "rank", ev.rank, "host", h.name, "pid", pid)
+		if hj.opts.OnStart != nil {
+			hj.opts.OnStart(ev.rank, pid)
+		}
+	case frameExited:
+		var ax agentExit
+		if err := json.Unmarshal(ev.data, &ax); err != nil {
+			ax = agentExit{Code: ExitLaunchFailed, Status: "lost: unreadable report from its agent"}
+		}
+		hj.rankEnded(ev.rank, ax)
+	case frameFailed:
+		var ax agentExit
+		if err := json.Unmarshal(ev.data, &ax); err != nil || ax.Code == 0 {
+			ax.Code = ExitLaunchFailed
+		}
+		hj.fail(-1, ax.Status, ax.Code)
+	case frameDone:
+		h.done = true
+	case hostEnded:
+		h.ended = true
+		if !h.done {
+			hj.hostLost(h, ev.err)
+		}
+	}
+}
+
+// rankEnded records rank r's end and tells the coordinator.
+func (hj *hostJob) rankEnded(r int, ax agentExit) {
+	if hj.exited[r] {
+		return
+	}
+	hj.exited[r] = true
+	rr := &hj.res.Ranks[r]
+	rr.Code, rr.Signal, rr.Status = ax.Code, ax.Signal, ax.Status
+	hj.log.Debug("launch: rank ended", "rank", r, "status", rr.Status)
+	hj.coord.RankExited(r, rr.Status)
+	if rr.Code == 0 {
+		return
+	}
+	select {
+	case err := <-hj.rdzvFail:
+		hj.fail(-1, strings.TrimPrefix(err.Error(), "rank: "), ExitLaunchFailed)
+	default:
+	}
+	s := hj.plan.Ranks[r]
+	who := fmt.Sprintf("rank %d (pid %d on %s", r, rr.PID, s.Host)
+	if s.Role != "" {
+		who += fmt.Sprintf(", %s %d", s.Role, s.RoleRank)
+	}
+	hj.fail(r, who+") "+rr.Status, rr.Code)
+}
+
+// hostLost fails the job for a host whose connection ended before its agent
+// said its ranks had ended.
+func (hj *hostJob) hostLost(h *hostConn, err error) {
+	how := "its connection ended"
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			how = "ssh killed by " + signalName(ws.Signal())
+		} else {
+			how = "ssh exited with status " + strconv.Itoa(ee.ExitCode())
+		}
+	case err != nil:
+		how = err.Error()
+	case h.started:
+		how = "its agent ended without a word"
+	}
+	if !h.started {
+		how += " before its agent started the ranks"
+	}
+	if t := h.tail.last(); t != "" {
+		how += " (" + t + ")"
+	}
+	var lost []int
+	for _, r := range h.ranks {
+		if !hj.exited[r] {
+			lost = append(lost, r)
+		}
+	}
+	ranks := h.ranks
+	if len(lost) > 0 && len(lost) < len(h.ranks) {
+		ranks = lost
+	}
+	cause := fmt.Sprintf("host %s (%s) lost: %s", h.name, hostRanksText(ranks), how)
+	for _, r := range lost {
+		hj.exited[r] = true
+		rr := &hj.res.Ranks[r]
+		rr.Code, rr.Status = ExitLaunchFailed, "lost with host "+h.name
+		hj.coord.RankExited(r, "host "+h.name+" lost")
+	}
+	hj.mu.Lock()
+	first := hj.cause == ""
+	hj.mu.Unlock()
+	if first {
+		hj.fail(-1, cause, ExitLaunchFailed)
+	} else {
+		hj.stderr.write([]byte(hj.opts.Name + ": " + cause + "\n"))
+	}
+}
+
+// signalHosts asks every host's agent to signal its ranks.
+func (hj *hostJob) signalHosts(sig syscall.Signal) {
+	for _, h := range hj.hosts {
+		if h.cmd == nil || h.ended {
+			continue
+		}
+		select {
+		case h.ctl <- "signal " + strconv.Itoa(int(sig)) + "\n":
+		default: // the agent does not read; the cut after the grace ends it
+		}
+	}
+}
+
+// tailWriter passes ssh's stderr lines on and keeps the last one.
+type tailWriter struct {
+	sink *lineSink
+	mu   sync.Mutex
+	line string
+}
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.sink.write(p)
+	lines := strings.Split(strings.TrimRight(string(p), "\n"), "\n")
+	t.mu.Lock()
+	t.line = lines[len(lines)-1]
+	t.mu.Unlock()
+	return len(p), nil
+}
+
+// last is the last line without the launcher's prefix.
+func (t *tailWriter) last() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, rest, ok := strings.Cut(t.line, ": "); ok {
+		if _, rest2, ok := strings.Cut(rest, ": "); ok {
+			return strings.TrimSpace(rest2)
+		}
+	}
+	return strings.TrimSpace(t.line)
+}
