@@ -161,8 +161,10 @@ type AgentOptions struct {
 // group with a parent-death signal, sends their output and ends as frames on
 // Out, and delivers the signals the launcher asks for. When In ends, Out
 // breaks or Lost delivers, it kills its ranks' process groups at once. It
-// returns when every rank has ended; the error says why the agent could not
-// run its part (the launcher has been told, where Out still works). A
+// returns when every rank has ended. What goes wrong once the job is read (a
+// program missing on the host, the job's lock taken) is told to the launcher;
+// the error is for what could not be told: In ended before the job, or Out
+// failed. A
 // goroutine reads In until it ends, which may be after RunAgent returns: the
 // caller closes In (under ssh, the process exits).
 func RunAgent(ctx context.Context, opts AgentOptions) error {
@@ -189,10 +191,19 @@ func RunAgent(ctx context.Context, opts AgentOptions) error {
 	return a.run(ctx)
 }
 
+// agentFailed tells the launcher why the agent cannot run its part, and
+// that no rank of it runs.
+// It returns err when the launcher could not be told, else nil.
 func agentFailed(out *frameWriter, r int, err error) error {
+	if reportFailure(out, r, err) != nil || out.send(frameDone, -1, nil) != nil {
+		return err
+	}
+	return nil
+}
+
+func reportFailure(out *frameWriter, r int, err error) error {
 	b, _ := json.Marshal(agentExit{Code: exitCodeOf(err), Status: strings.TrimPrefix(err.Error(), "launch: ")})
-	out.send(frameFailed, r, b)
-	return err
+	return out.send(frameFailed, r, b)
 }
 
 type agent struct {
@@ -289,7 +300,9 @@ func (a *agent) run(ctx context.Context) error {
 		a.out.send(frameStarted, r, []byte(strconv.Itoa(pid)))
 	}
 	if startErr != nil {
-		agentFailed(a.out, -1, startErr)
+		if reportFailure(a.out, -1, startErr) == nil {
+			startErr = nil // the launcher knows
+		}
 		a.signalAll(syscall.SIGTERM)
 	}
 	lost := false
@@ -325,13 +338,10 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	a.signalAll(syscall.SIGKILL)
 	a.drain()
-	if startErr != nil {
-		return startErr
-	}
 	if !lost {
 		a.out.send(frameDone, -1, nil)
 	}
-	return nil
+	return startErr
 }
 
 // spawn starts rank r.

@@ -162,6 +162,30 @@ func TestRunOnHostsLostHost(t *testing.T) {
 	waitGone(t, pids, 5*time.Second)
 }
 
+func TestRunOnHostsProgramMissingOnHost(t *testing.T) {
+	dir := t.TempDir()
+	p, err := NewPlan(Request{Groups: []Group{
+		{NP: 1, Argv: []string{"/bin/sh", "-c", `echo $$ > "$D/pid.$GEAR_RANK"; exec sleep 60`}, Env: []string{"D=" + dir}},
+		{NP: 1, Argv: []string{filepath.Join(dir, "missing")}},
+	}, RdzvAddr: "127.0.0.1:0", NoTorchEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PlaceOnHosts([]Host{{"h1", 1}, {"h2", 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var errw geartest.Buffer
+	_, err = RunOnHosts(context.Background(), p, Options{Stdout: &errw, Stderr: &errw, Grace: 2 * time.Second, Timeout: time.Minute}, fakeRemote(t))
+	var je *JobError
+	if !errors.As(err, &je) || je.Code != ExitNotFound {
+		t.Fatalf("RunOnHosts: %v, want code %d\n%s", err, ExitNotFound, errw.String())
+	}
+	want := fmt.Sprintf("gearrun: rank 1 on h2: program %s does not exist\n", filepath.Join(dir, "missing"))
+	if errw.String() != want {
+		t.Fatalf("stderr %q, want only %q", errw.String(), want)
+	}
+}
+
 func TestRunOnHostsSSHFails(t *testing.T) {
 	p := hostsPlan(t, "h1:1", 1, "true")
 	rem := fakeRemote(t)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 )
 
 // envSSH holds the ssh options gearrun uses when --ssh is not given.
@@ -140,6 +142,26 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// writeHostsText ends a dry run's text with the hosts and how each is reached.
+func writeHostsText(w io.Writer, plan *launch.Plan, h hostFlags) error {
+	rem, err := h.remote()
+	if err != nil {
+		return err
+	}
+	ssh := []string{shellQuote(rem.SSH[0]), "-o", "BatchMode=yes"}
+	for _, a := range rem.SSH[1:] {
+		ssh = append(ssh, shellQuote(a))
+	}
+	ssh = append(ssh, "HOST", shellQuote(rem.Gearrun+" agent"))
+	var b strings.Builder
+	fmt.Fprintf(&b, "over ssh: %s\n", strings.Join(ssh, " "))
+	for i, name := range plan.Hosts {
+		fmt.Fprintf(&b, "host %d %s: ranks %s\n", i, name, rank.FormatRanks(plan.HostRanks(name)))
+	}
+	_, err = io.WriteString(w, b.String())
+	return err
 }
 
 // runOnHosts runs plan on its hosts with opts, as runPlan does locally.

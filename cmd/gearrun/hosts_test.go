@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -34,6 +37,7 @@ type sshCluster struct {
 	dir      string   // keys, configs, pid files
 	key      string   // the client's private key
 	launcher string   // gearrun's namespace
+	rdzvHost string   // gearrun's address there
 	hosts    []string // the hosts' addresses (as gearrun names them)
 	netns    []string // the hosts' namespaces
 	sshdPIDs []int
@@ -115,7 +119,7 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 		must("ip", "-n", ns, "link", "set", in, "up")
 		must("ip", "-n", ns, "link", "set", "lo", "up")
 	}
-	c.launcher = lns
+	c.launcher, c.rdzvHost = lns, subnet+".1"
 	join(lns, "l", subnet+".1")
 
 	c.key = filepath.Join(c.dir, "id_ed25519")
@@ -315,6 +319,15 @@ func hostsRank() int {
 		return 1
 	}
 	defer c.Close()
+	// The shared-memory inboxes the rank maps: its own and its host peers'
+	// (unlinked once mapped, so they show in the maps only).
+	maps, _ := os.ReadFile("/proc/self/maps")
+	inboxes := map[string]bool{}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if i := strings.Index(line, "/dev/shm/gear."+w.JobID()+".coll."); i >= 0 {
+			inboxes[line[i:]] = true
+		}
+	}
 	const count = 100003
 	f := make([]float64, count)
 	n := make([]int64, 13)
@@ -349,8 +362,8 @@ func hostsRank() int {
 		fmt.Println("barrier:", err)
 		return 1
 	}
-	fmt.Printf("ok rank %d/%d node %s local %s/%s host %s hosts %v\n", w.Rank(), size, rank.NodeName(),
-		os.Getenv(rank.EnvLocalRank), os.Getenv(rank.EnvLocalSize), w.Host(), c.Hosts())
+	fmt.Printf("ok rank %d/%d node %s local %s/%s host %s hosts %v shm inboxes %d\n", w.Rank(), size, rank.NodeName(),
+		os.Getenv(rank.EnvLocalRank), os.Getenv(rank.EnvLocalSize), w.Host(), c.Hosts(), len(inboxes))
 	return 0
 }
 
@@ -358,6 +371,27 @@ func TestHostsOverSSH(t *testing.T) {
 	const nHosts, slots = 3, 2
 	c := newSSHCluster(t, nHosts)
 	hostfile := c.hostfile(t, slots)
+
+	t.Run("dry-run", func(t *testing.T) {
+		var stdout, stderr bytes.Buffer
+		cmd := c.gearrun(t, []string{"--dry-run", "--json", "--hostfile", hostfile, "-np", "5"})
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gearrun: %v\n%s", err, stderr.String())
+		}
+		var plan launch.Plan
+		if err := json.Unmarshal(stdout.Bytes(), &plan); err != nil {
+			t.Fatal(err)
+		}
+		// The coordinator listens where the hosts reach gearrun, not on
+		// every address.
+		if plan.RdzvAddr != c.rdzvHost+":0" || !reflect.DeepEqual(plan.Hosts, c.hosts) || plan.NumNodes != 3 {
+			t.Fatalf("rendezvous %s, hosts %v, %d nodes; want %s:0 and %v", plan.RdzvAddr, plan.Hosts, plan.NumNodes, c.rdzvHost, c.hosts)
+		}
+		if plan.Ranks[4].Host != c.hosts[2] || plan.Ranks[4].LocalSize != 1 || plan.Token != "****" {
+			t.Fatalf("rank 4: %+v, token %q", plan.Ranks[4], plan.Token)
+		}
+	})
 
 	t.Run("allreduce", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
@@ -370,7 +404,7 @@ func TestHostsOverSSH(t *testing.T) {
 			t.Fatalf("gearrun: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 		}
 		t.Logf("6 ranks on 3 hosts over ssh: %v", time.Since(start).Round(time.Millisecond))
-		want := "hosts [[0 1] [2 3] [4 5]]"
+		want := "hosts [[0 1] [2 3] [4 5]] shm inboxes 2"
 		for r := range 6 {
 			re := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] ok rank %d/6 node %s local %d/2 host %s/\S+ %s$`,
 				r, r, regexp.QuoteMeta(c.hosts[r/2]), r%2, regexp.QuoteMeta(c.hosts[r/2]), regexp.QuoteMeta(want)))
@@ -458,6 +492,100 @@ func TestHostsOverSSH(t *testing.T) {
 		}
 		t.Logf("stderr:\n%s", stderr.String())
 	})
+
+	t.Run("sigint", func(t *testing.T) {
+		dir := t.TempDir()
+		var stdout, stderr bytes.Buffer
+		cmd := c.gearrun(t, []string{"--hostfile", hostfile, "--grace", "5s",
+			"-x", envHelper + "=sigint", "-x", envDir + "=" + dir, "-np", "6"})
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitForFiles(t, dir, 12, 30*time.Second)
+		start := time.Now()
+		cmd.Process.Signal(syscall.SIGINT)
+		err := cmd.Wait()
+		took := time.Since(start)
+		if code := exitCode(err); code != 130 {
+			t.Fatalf("gearrun exit code %d, want 130; stderr:\n%s", code, stderr.String())
+		}
+		for r := range 6 {
+			if !strings.Contains(stdout.String(), fmt.Sprintf("[%d] rank %d got SIGINT\n", r, r)) {
+				t.Errorf("rank %d on %s did not get SIGINT; stdout:\n%s\nstderr:\n%s", r, c.hosts[r/2], stdout.String(), stderr.String())
+			}
+		}
+		c.waitHostsEmpty(t, 5*time.Second, allHosts(nHosts)...)
+		t.Logf("SIGINT reached the 6 ranks on 3 hosts; gearrun ended in %v", took.Round(time.Millisecond))
+	})
+
+	t.Run("gearrun-killed", func(t *testing.T) {
+		dir := t.TempDir()
+		cmd := c.gearrun(t, []string{"--hostfile", hostfile, "-x", envHelper + "=hold", "-x", envDir + "=" + dir, "-np", "6"})
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitForFiles(t, dir, 12, 30*time.Second)
+		start := time.Now()
+		cmd.Process.Kill()
+		cmd.Wait()
+		empty := c.waitHostsEmpty(t, 2*time.Second, allHosts(nHosts)...)
+		t.Logf("gearrun killed with SIGKILL: every host empty in %v", empty.Round(time.Millisecond))
+		_ = start
+	})
+
+	t.Run("sshd-session-killed", func(t *testing.T) {
+		dir := t.TempDir()
+		var stderr bytes.Buffer
+		cmd := c.gearrun(t, []string{"--hostfile", hostfile, "--grace", "5s",
+			"-x", envHelper + "=hold", "-x", envDir + "=" + dir, "-np", "6"})
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		pids := waitForFiles(t, dir, 12, 30*time.Second)
+		const lost = 1
+		// Rank 2's parent is host 1's agent, whose parent is sshd's session.
+		agent := parentOf(t, pids["pid.2"])
+		session := parentOf(t, agent)
+		start := time.Now()
+		syscall.Kill(session, syscall.SIGKILL)
+		empty := c.waitHostsEmpty(t, 2*time.Second, lost)
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("gearrun did not end after the sshd session on %s was killed; stderr:\n%s", c.hosts[lost], stderr.String())
+		}
+		took := time.Since(start)
+		if code := exitCode(err); code == 0 {
+			t.Fatalf("gearrun exited 0 after losing a host; stderr:\n%s", stderr.String())
+		}
+		c.waitHostsEmpty(t, 5*time.Second, allHosts(nHosts)...)
+		re := regexp.MustCompile(`(?m)^gearrun: host ` + regexp.QuoteMeta(c.hosts[lost]) + ` \(ranks 2-3\) lost: `)
+		if !re.MatchString(stderr.String()) {
+			t.Fatalf("no line naming the lost host and its ranks; stderr:\n%s", stderr.String())
+		}
+		t.Logf("sshd session on %s killed: its host empty in %v, gearrun ended in %v (exit %d); stderr:\n%s",
+			c.hosts[lost], empty.Round(time.Millisecond), took.Round(time.Millisecond), exitCode(err), stderr.String())
+	})
+}
+
+// parentOf is pid's parent.
+func parentOf(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil || ppid <= 1 {
+		t.Fatalf("parent of %d: %q", pid, f[1])
+	}
+	return ppid
 }
 
 // sshClientOf finds the ssh client that gearrun (pid) runs to host.
@@ -496,4 +624,42 @@ func slicesContains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func TestHostFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "hosts")
+	os.WriteFile(bad, []byte("# rack 1\nnode1 slots=2\n\nnode2 slots=zero\n"), 0o644)
+	good := filepath.Join(dir, "hosts.good")
+	os.WriteFile(good, []byte("node1 slots=2\nnode2\n"), 0o644)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hostfile", bad, "-np", "2", "true"}, "launch: hostfile " + bad + ":4: slots=zero: want a number of at least 1"},
+		{[]string{"--hostfile", good, "-np", "4", "true"}, "launch: 4 ranks but the hosts have 3 slots (node1:2,node2:1)"},
+		{[]string{"-H", "node1:2", "-np", "1", "true", ":", "-np", "2", "true"}, "launch: 3 ranks but the hosts have 2 slots (node1:2)"},
+		{[]string{"--hostfile", filepath.Join(dir, "missing"), "-np", "1", "true"}, "hostfile: open " + filepath.Join(dir, "missing")},
+		{[]string{"-H", "a:x", "-np", "1", "true"}, `launch: -H "a:x": host "a": slots "x"`},
+		{[]string{"-H", "a", "--hostfile", good, "-np", "1", "true"}, "-H and --hostfile: give one"},
+		{[]string{"--ssh", "-p 22", "-np", "1", "true"}, "--ssh and --remote-gearrun need -H or --hostfile"},
+		{[]string{"-H", "127.0.0.1", "--ssh", "-i 'key", "-np", "1", "true"}, `--ssh "-i 'key": unterminated '`},
+	} {
+		var out, errw bytes.Buffer
+		code := run(c.args, stdio{strings.NewReader(""), &out, &errw})
+		if code != 2 || !strings.Contains(errw.String(), "gearrun: "+c.want) {
+			t.Errorf("gearrun %s: exit %d, stderr %q; want 2 and %q", strings.Join(c.args, " "), code, errw.String(), c.want)
+		}
+	}
+}
+
+func TestSplitWords(t *testing.T) {
+	got, err := splitWords(` -p 2222 -i '/keys/my key' -o "ProxyJump=a b" x\ y  `)
+	want := []string{"-p", "2222", "-i", "/keys/my key", "-o", "ProxyJump=a b", "x y"}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("splitWords = %q, %v; want %q", got, err, want)
+	}
+	if q := shellQuote("/a b/it's"); q != `'/a b/it'\''s'` {
+		t.Errorf("shellQuote: %s", q)
+	}
 }

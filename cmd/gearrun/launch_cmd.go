@@ -314,11 +314,6 @@ func launchCommand(args []string, s stdio) int {
 		if hosts, err = lf.hosts.list(); err != nil {
 			return failCode(s, 2, err)
 		}
-		if !lf.hosts.rdzvSet {
-			if req.RdzvAddr, err = launch.RdzvAddrFor(hosts); err != nil {
-				return failCode(s, launch.ExitLaunchFailed, err)
-			}
-		}
 	}
 	plan, err := launch.NewPlan(req)
 	if err != nil {
@@ -332,12 +327,21 @@ func launchCommand(args []string, s stdio) int {
 		if err := plan.PlaceOnHosts(hosts); err != nil {
 			return failCode(s, 2, err)
 		}
+		if !lf.hosts.rdzvSet {
+			// Where the hosts reach this machine, not every address.
+			if plan.RdzvAddr, err = launch.RdzvAddrFor(hosts); err != nil {
+				return failCode(s, launch.ExitLaunchFailed, err)
+			}
+		}
 	}
 	if lf.dryRun {
 		if lf.json {
 			err = plan.WriteJSON(s.out)
 		} else {
 			err = plan.WriteText(s.out)
+			if err == nil && hosts != nil {
+				err = writeHostsText(s.out, plan, lf.hosts)
+			}
 		}
 		if err != nil {
 			return fail(s, err)
