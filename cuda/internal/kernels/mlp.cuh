@@ -38,16 +38,27 @@ extern "C" __global__ void __launch_bounds__(GEAR_MM_TILE* GEAR_MM_TILE)
                 const float* __restrict__ bias, const float* __restrict__ mask, gear_i64 m,
                 gear_i64 n, gear_i64 k, gear_i64 a_i, gear_i64 a_k, gear_i64 b_k, gear_i64 b_j,
                 gear_i64 ldc, gear_i64 ldm, int relu) {
-  __shared__ float as[GEAR_MM_TILE][GEAR_MM_TILE];
+  __shared__ float as[GEAR_MM_TILE][GEAR_MM_TILE + 1];
   __shared__ float bs[GEAR_MM_TILE][GEAR_MM_TILE + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
-  const gear_i64 i = (gear_i64)blockIdx.y * GEAR_MM_TILE + ty;
-  const gear_i64 j = (gear_i64)blockIdx.x * GEAR_MM_TILE + tx;
+  const gear_i64 i0 = (gear_i64)blockIdx.y * GEAR_MM_TILE, j0 = (gear_i64)blockIdx.x * GEAR_MM_TILE;
+  const gear_i64 i = i0 + ty, j = j0 + tx;
+  // Neighbouring threads (tx) load neighbouring addresses: a tile is loaded
+  // across its rows when A (or B) is stored by columns. Which thread loads an
+  // element changes nothing in the sums.
+  const bool a_cols = a_i == 1 && a_k != 1, b_rows = b_k == 1 && b_j != 1;
   float acc = 0.0f;
   for (gear_i64 t0 = 0; t0 < k; t0 += GEAR_MM_TILE) {
-    const gear_i64 ta = t0 + tx, tb = t0 + ty;
-    as[ty][tx] = (i < m && ta < k) ? a[i * a_i + ta * a_k] : 0.0f;
-    bs[ty][tx] = (tb < k && j < n) ? b[tb * b_k + j * b_j] : 0.0f;
+    if (a_cols) {
+      as[tx][ty] = (i0 + tx < m && t0 + ty < k) ? a[(i0 + tx) * a_i + (t0 + ty) * a_k] : 0.0f;
+    } else {
+      as[ty][tx] = (i < m && t0 + tx < k) ? a[i * a_i + (t0 + tx) * a_k] : 0.0f;
+    }
+    if (b_rows) {
+      bs[tx][ty] = (t0 + tx < k && j0 + ty < n) ? b[(t0 + tx) * b_k + (j0 + ty) * b_j] : 0.0f;
+    } else {
+      bs[ty][tx] = (t0 + ty < k && j < n) ? b[(t0 + ty) * b_k + j * b_j] : 0.0f;
+    }
     __syncthreads();
     const int lim = (k - t0) < GEAR_MM_TILE ? (int)(k - t0) : GEAR_MM_TILE;
     for (int t = 0; t < lim; t++) {
