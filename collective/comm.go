@@ -38,8 +38,9 @@ type Comm struct {
 	// more than the CPUs makes waits yield.
 	cpuRanks int
 
-	hostOf []int   // host index of every rank
-	hosts  [][]int // ranks of every host, hosts in order of their first rank
+	hostOf    []int    // host index of every rank
+	hosts     [][]int  // ranks of every host, hosts in order of their first rank
+	hostNames []string // every host's name, for errors: its identity up to the last '/'
 
 	links []link // by rank; nil for this rank
 	in    []inbox
@@ -333,6 +334,11 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 			h = len(c.hosts)
 			index[in.Host] = h
 			c.hosts = append(c.hosts, nil)
+			name := in.Host
+			if i := strings.LastIndexByte(name, '/'); i > 0 {
+				name = name[:i] // "n2/3fa9..." (rank.HostID) names node n2
+			}
+			c.hostNames = append(c.hostNames, name)
 		}
 		c.hostOf[r] = h
 		c.hosts[h] = append(c.hosts[h], r)
@@ -497,7 +503,11 @@ func (c *Comm) abortKey() string { return "collective/" + c.id + "/abort" }
 
 // lostError names a lost peer.
 func (c *Comm) lostError(rank int, reason string) error {
-	return &LostError{Rank: rank, WorldRank: c.world[rank], Reason: reason}
+	e := &LostError{Rank: rank, WorldRank: c.world[rank], Reason: reason}
+	if len(c.hosts) > 1 && rank < len(c.hostOf) {
+		e.Host = c.hostNames[c.hostOf[rank]]
+	}
+	return e
 }
 
 // failFrom is how transports report a failure they noticed on their own.

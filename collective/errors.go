@@ -52,12 +52,18 @@ type LostError struct {
 	Rank      int // communicator rank
 	WorldRank int
 	Reason    string
+	// Host names the rank's host when the communicator spans several ("n2");
+	// "" otherwise.
+	Host string
 }
 
 func (e *LostError) Error() string {
 	who := fmt.Sprintf("rank %d", e.Rank)
 	if e.WorldRank != e.Rank {
 		who += fmt.Sprintf(" (world rank %d)", e.WorldRank)
+	}
+	if e.Host != "" {
+		who += " on " + e.Host
 	}
 	if e.Reason == "" {
 		return "collective: lost " + who
@@ -105,6 +111,7 @@ type abortNote struct {
 	PeerCall string `json:"peer_call,omitempty"`
 	Detail   string `json:"detail,omitempty"`
 	Cause    string `json:"cause,omitempty"`
+	Host     string `json:"host,omitempty"`
 }
 
 func encodeAbort(from int, err error) []byte {
@@ -116,7 +123,7 @@ func encodeAbort(from int, err error) []byte {
 	case errors.As(err, &me):
 		n = abortNote{Type: "mismatch", From: from, Rank: me.Rank, Call: me.Call, PeerRank: me.PeerRank, PeerCall: me.PeerCall, Detail: me.Detail}
 	case errors.As(err, &le):
-		n = abortNote{Type: "lost", From: from, Rank: le.Rank, World: le.WorldRank, Cause: le.Reason}
+		n = abortNote{Type: "lost", From: from, Rank: le.Rank, World: le.WorldRank, Cause: le.Reason, Host: le.Host}
 	case errors.As(err, &ae):
 		n = abortNote{Type: "abort", From: ae.Rank, Cause: ae.Cause}
 	}
@@ -133,7 +140,7 @@ func decodeAbort(b []byte) error {
 	case "mismatch":
 		return &MismatchError{Rank: n.Rank, Call: n.Call, PeerRank: n.PeerRank, PeerCall: n.PeerCall, Detail: n.Detail}
 	case "lost":
-		return &LostError{Rank: n.Rank, WorldRank: n.World, Reason: n.Cause}
+		return &LostError{Rank: n.Rank, WorldRank: n.World, Reason: n.Cause, Host: n.Host}
 	}
 	return &AbortError{Rank: n.From, Cause: n.Cause}
 }

@@ -32,6 +32,7 @@ func FuzzDecodeHeader(f *testing.F) {
 	for _, note := range [][]byte{
 		encodeAbort(1, &MismatchError{Rank: 1, Call: "AllReduce", PeerRank: 2, PeerCall: "Barrier"}),
 		encodeAbort(0, &LostError{Rank: 3, WorldRank: 5, Reason: "killed"}),
+		encodeAbort(0, &LostError{Rank: 3, WorldRank: 5, Reason: "killed", Host: "n2"}),
 		[]byte("{"),
 	} {
 		f.Add(append(bytes.Clone(bye), note...))
@@ -72,4 +73,22 @@ func FuzzDecodeHeader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLostErrorNamesHost checks that a rank lost from a communicator that spans
+// several hosts is named with its host, and only then.
+func TestLostErrorNamesHost(t *testing.T) {
+	c := &Comm{world: []int{0, 1, 2, 3}, hostOf: []int{0, 0, 1, 1}, hosts: [][]int{{0, 1}, {2, 3}}, hostNames: []string{"n1", "n2"}}
+	if got, want := c.lostError(3, "connection closed without a goodbye").Error(), "collective: lost rank 3 on n2: connection closed without a goodbye"; got != want {
+		t.Errorf("multi-host: %q, want %q", got, want)
+	}
+	// The other ranks hear of it through the abort notice, host included.
+	sent := c.lostError(3, "killed")
+	if got := decodeAbort(encodeAbort(0, sent)); got.Error() != sent.Error() {
+		t.Errorf("abort notice of %q reads back as %q", sent, got)
+	}
+	one := &Comm{world: []int{0, 1}, hostOf: []int{0, 0}, hosts: [][]int{{0, 1}}, hostNames: []string{"n1"}}
+	if got, want := one.lostError(1, "killed").Error(), "collective: lost rank 1: killed"; got != want {
+		t.Errorf("one host: %q, want %q", got, want)
+	}
 }
