@@ -118,7 +118,7 @@ func loadExample(t *testing.T, name string) *Spec {
 func TestSubmitRecordsBothIDs(t *testing.T) {
 	c, f := newTestCluster(t)
 	spec := loadExample(t, "hello.toml")
-	r, err := c.Submit(context.Background(), spec, "examples/jobs/hello.toml", "/work/dir")
+	r, err := c.Submit(context.Background(), spec, "examples/jobs/hello.toml", "/home/u/run")
 	if err != nil {
 		t.Fatal(err)
 	}
