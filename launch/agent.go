@@ -244,8 +244,12 @@ func (a *agent) run(ctx context.Context) error {
 		return agentFailed(a.out, -1, fmt.Errorf("launch: agent on %s: %w", a.job.Host, err))
 	}
 	defer func() {
-		RemoveJobSegments(opts.ShmDir, p.JobID)
 		lock.Close()
+		// The last agent of the job on this machine (several may share it)
+		// removes the job's segments.
+		if !rank.JobAlive(opts.RuntimeDir, p.JobID) {
+			RemoveJobSegments(opts.ShmDir, p.JobID)
+		}
 	}()
 	dir := p.Dir
 	if dir == "" && a.job.Dir != "" {

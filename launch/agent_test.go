@@ -186,6 +186,36 @@ func TestRunOnHostsProgramMissingOnHost(t *testing.T) {
 	}
 }
 
+func TestRunOnHostsOutputDirAndTimeout(t *testing.T) {
+	p := hostsPlan(t, "h1:1,h2:1", 2, `echo "out $GEAR_RANK"; echo "err $GEAR_RANK" >&2; exec sleep 60`)
+	out := t.TempDir()
+	var errw geartest.Buffer
+	_, err := RunOnHosts(context.Background(), p, Options{Stdout: &errw, Stderr: &errw, OutputDir: out, Timeout: 500 * time.Millisecond, Grace: time.Second}, fakeRemote(t))
+	var je *JobError
+	if !errors.As(err, &je) || je.Code != ExitTimeout {
+		t.Fatalf("RunOnHosts: %v, want code %d\n%s", err, ExitTimeout, errw.String())
+	}
+	for r := range 2 {
+		for _, stream := range []string{"out", "err"} {
+			name := fmt.Sprintf("rank.%d.std%s", r, stream)
+			b, _ := os.ReadFile(filepath.Join(out, name))
+			if want := fmt.Sprintf("%s %d\n", stream, r); string(b) != want {
+				t.Errorf("%s: %q, want %q", name, b, want)
+			}
+		}
+	}
+	if errw.String() != "gearrun: job timed out after 500ms\n" {
+		t.Errorf("stderr %q", errw.String())
+	}
+}
+
+func TestRunRefusesAPlanOnHosts(t *testing.T) {
+	p := hostsPlan(t, "h1:1", 1, "true")
+	if _, err := Run(context.Background(), p, Options{}); err == nil || !strings.Contains(err.Error(), "RunOnHosts") {
+		t.Fatalf("Run of a plan on hosts: %v", err)
+	}
+}
+
 func TestRunOnHostsSSHFails(t *testing.T) {
 	p := hostsPlan(t, "h1:1", 1, "true")
 	rem := fakeRemote(t)

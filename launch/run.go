@@ -129,6 +129,9 @@ func (e *JobError) Error() string { return "launch: " + e.Cause }
 // Run returns the result and, unless every rank exited 0, a *JobError whose Code
 // is the exit code for the launcher. Cancelling ctx stops the job like SIGTERM.
 func Run(ctx context.Context, p *Plan, opts Options) (*Result, error) {
+	if p != nil && len(p.Hosts) > 0 {
+		return nil, errors.New("launch: the plan is placed on hosts: run it with RunOnHosts")
+	}
 	j, err := newJob(p, opts)
 	if err != nil {
 		return nil, err
