@@ -32,6 +32,11 @@ import (
 //     lines of one rank's stdout or stderr.
 const agentVersion = 1
 
+// agentHello is the agent's first line, before its frames: what a login
+// shell prints before the agent starts (a chatty .bashrc) is passed on as text
+// until it.
+const agentHello = "\x00gear-agent 1\n"
+
 // Frame kinds.
 const (
 	frameStdout  = 'o' // whole lines of the rank's stdout
@@ -170,6 +175,9 @@ type AgentOptions struct {
 func RunAgent(ctx context.Context, opts AgentOptions) error {
 	in := bufio.NewReaderSize(opts.In, 64<<10)
 	out := newFrameWriter(opts.Out)
+	if _, err := io.WriteString(opts.Out, agentHello); err != nil {
+		return fmt.Errorf("launch: agent: %w", err)
+	}
 	line, err := in.ReadBytes('\n')
 	if err != nil {
 		return fmt.Errorf("launch: agent: reading the job: %w", err)

@@ -209,6 +209,21 @@ func TestRunOnHostsOutputDirAndTimeout(t *testing.T) {
 	}
 }
 
+func TestRunOnHostsChattyLoginShell(t *testing.T) {
+	p := hostsPlan(t, "h1:1", 1, `echo "rank $GEAR_RANK"`)
+	rem := fakeRemote(t)
+	ssh := filepath.Join(t.TempDir(), "ssh")
+	os.WriteFile(ssh, []byte("#!/bin/sh\necho 'Welcome to h1!'\nprintf 'no newline '\nexec "+rem.SSH[0]+" \"$@\"\n"), 0o755)
+	rem.SSH = []string{ssh}
+	var out, errw geartest.Buffer
+	if _, err := RunOnHosts(context.Background(), p, Options{Stdout: &out, Stderr: &errw, TagOutput: true}, rem); err != nil {
+		t.Fatalf("RunOnHosts: %v\n%s", err, errw.String())
+	}
+	if out.String() != "[0] rank 0\n" || !strings.Contains(errw.String(), "gearrun: h1: Welcome to h1!\n") {
+		t.Fatalf("stdout %q, stderr %q", out.String(), errw.String())
+	}
+}
+
 func TestRunRefusesAPlanOnHosts(t *testing.T) {
 	p := hostsPlan(t, "h1:1", 1, "true")
 	if _, err := Run(context.Background(), p, Options{}); err == nil || !strings.Contains(err.Error(), "RunOnHosts") {

@@ -258,7 +258,14 @@ func (hj *hostJob) start(h *hostConn, rdzv string) error {
 		if rerr != nil {
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
-		<-errDone
+		select {
+		case <-errDone:
+		case <-time.After(time.Second):
+			// ssh ended, but a child of it (a ProxyCommand) holds its
+			// stderr: end its process group.
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-errDone
+		}
 		werr := cmd.Wait()
 		if rerr != nil {
 			werr = rerr
@@ -269,8 +276,30 @@ func (hj *hostJob) start(h *hostConn, rdzv string) error {
 }
 
 // read reads host h's frames until the connection ends: output goes to the
-// ranks' sinks, the rest to the events.
-func (hj *hostJob) read(h *hostConn, r io.Reader) error {
+// ranks' sinks, the rest to the events. Lines before the agent's hello (what
+// the host's login shell printed) go to the launcher's stderr.
+func (hj *hostJob) read(h *hostConn, r *bufio.Reader) error {
+	junk := 0
+	for {
+		line, err := r.ReadString('\n')
+		junkLine, hello := strings.CutSuffix(line, agentHello)
+		if hello {
+			if junkLine != "" {
+				h.tail.Write([]byte(hj.opts.Name + ": " + h.name + ": " + junkLine + "\n"))
+			}
+			break
+		}
+		if line != "" {
+			junk += len(line)
+			h.tail.Write([]byte(hj.opts.Name + ": " + h.name + ": " + strings.TrimSuffix(line, "\n") + "\n"))
+		}
+		if err != nil {
+			return nil // ended before the agent spoke: ssh's status says why
+		}
+		if junk > 1<<20 {
+			return fmt.Errorf("launch: host %s: 1 MiB of output and no agent: is the remote gearrun command (%s) right?", h.name, hj.rem.Gearrun)
+		}
+	}
 	mine := make(map[int]bool, len(h.ranks))
 	for _, x := range h.ranks {
 		mine[x] = true
