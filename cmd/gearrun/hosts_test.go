@@ -375,6 +375,9 @@ func TestHostsOverSSH(t *testing.T) {
 	t.Run("dry-run", func(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd := c.gearrun(t, []string{"--dry-run", "--json", "--hostfile", hostfile, "-np", "5"})
+		if got := dryRunSize(t, c.gearrun(t, []string{"--dry-run", "--json", "--hostfile", hostfile})); got != nHosts*slots {
+			t.Errorf("without -np: %d ranks, want one per slot, %d", got, nHosts*slots)
+		}
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil {
 			t.Fatalf("gearrun: %v\n%s", err, stderr.String())
@@ -573,6 +576,20 @@ func TestHostsOverSSH(t *testing.T) {
 	})
 }
 
+// dryRunSize runs a dry run and returns the plan's number of ranks.
+func dryRunSize(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gearrun --dry-run: %v", err)
+	}
+	var plan launch.Plan
+	if err := json.Unmarshal(out, &plan); err != nil {
+		t.Fatal(err)
+	}
+	return len(plan.Ranks)
+}
+
 // parentOf is pid's parent.
 func parentOf(t *testing.T, pid int) int {
 	t.Helper()
@@ -643,6 +660,8 @@ func TestHostFlagErrors(t *testing.T) {
 		{[]string{"-H", "a:x", "-np", "1", "true"}, `launch: -H "a:x": host "a": slots "x"`},
 		{[]string{"-H", "a", "--hostfile", good, "-np", "1", "true"}, "-H and --hostfile: give one"},
 		{[]string{"--ssh", "-p 22", "-np", "1", "true"}, "--ssh and --remote-gearrun need -H or --hostfile"},
+		{[]string{"-H", "node1:2", "true", ":", "true"}, "group 0 (true): -np 0: -np N is required"},
+		{[]string{"true"}, "group 0 (true): -np 0: -np N is required"},
 		{[]string{"-H", "127.0.0.1", "--ssh", "-i 'key", "-np", "1", "true"}, `--ssh "-i 'key": unterminated '`},
 	} {
 		var out, errw bytes.Buffer

@@ -217,7 +217,10 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		if len(prog) == 0 {
 			return lf, req, fmt.Errorf("group %d: no program (usage: gearrun -np N PROGRAM [ARGS...])", i)
 		}
-		if g.np < 1 {
+		// With hosts, a job of one group may leave -np out: one rank per
+		// slot, as under mpirun.
+		slotsNP := i == 0 && len(segments) == 1 && lf.hosts.on() && !g.bind.set["np"] && !g.bind.set["n"]
+		if g.np < 1 && !slotsNP {
 			return lf, req, fmt.Errorf("group %d (%s): -np %d: -np N is required and must be at least 1", i, prog[0], g.np)
 		}
 		if g.np > rank.MaxWorldSize {
@@ -313,6 +316,11 @@ func launchCommand(args []string, s stdio) int {
 	if lf.hosts.on() {
 		if hosts, err = lf.hosts.list(); err != nil {
 			return failCode(s, 2, err)
+		}
+		if req.Groups[0].NP == 0 {
+			for _, h := range hosts {
+				req.Groups[0].NP += h.Slots
+			}
 		}
 	}
 	plan, err := launch.NewPlan(req)
