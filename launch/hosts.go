@@ -41,8 +41,8 @@ func ParseHostList(s string) ([]Host, error) {
 		slots := 1
 		if hasCount {
 			n, err := strconv.Atoi(count)
-			if err != nil || n < 1 {
-				return nil, fmt.Errorf("launch: -H %q: host %q: slots %q: want a number of at least 1", s, name, count)
+			if err != nil || n < 1 || n > rank.MaxWorldSize {
+				return nil, fmt.Errorf("launch: -H %q: host %q: slots %q: want a number from 1 to %d", s, name, count, rank.MaxWorldSize)
 			}
 			slots = n
 		}
@@ -90,8 +90,8 @@ func ParseHostfile(name string, r io.Reader) ([]Host, error) {
 			n, err := strconv.Atoi(value)
 			switch key {
 			case "slots", "max_slots", "max-slots":
-				if err != nil || n < 1 {
-					return nil, fmt.Errorf("%s: %s: want a number of at least 1", where, f)
+				if err != nil || n < 1 || n > rank.MaxWorldSize {
+					return nil, fmt.Errorf("%s: %s: want a number from 1 to %d", where, f, rank.MaxWorldSize)
 				}
 			default:
 				return nil, fmt.Errorf("%s: unknown key %q (want slots=N)", where, key)

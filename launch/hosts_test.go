@@ -17,7 +17,7 @@ func TestParseHostList(t *testing.T) {
 		{in: "user@a:4", want: []Host{{"user@a", 4}}},
 		{in: "a:1,b,a:2", want: []Host{{"a", 3}, {"b", 1}}},
 		{in: "10.0.0.2:2", want: []Host{{"10.0.0.2", 2}}},
-		{in: "a:0", err: `host "a": slots "0": want a number of at least 1`},
+		{in: "a:0", err: `host "a": slots "0": want a number from 1 to 65536`},
 		{in: "a:x", err: `slots "x"`},
 		{in: "a,,b", err: "empty host name"},
 		{in: "a;rm -rf", err: "not a host name"},
@@ -44,7 +44,7 @@ func TestParseHostfile(t *testing.T) {
 		t.Fatalf("ParseHostfile = %v, %v; want %v", got, err, want)
 	}
 	for _, c := range []struct{ in, err string }{
-		{"node1 slots=2\nnode2 slots=0\n", "hostfile hosts:2: slots=0: want a number of at least 1"},
+		{"node1 slots=2\nnode2 slots=0\n", "hostfile hosts:2: slots=0: want a number from 1 to 65536"},
 		{"node1\n\nnode2 slots=two\n", "hostfile hosts:3: slots=two"},
 		{"node1 slots 2\n", `hostfile hosts:1: "slots": want key=value after the host`},
 		{"node1 cpus=2\n", `hostfile hosts:1: unknown key "cpus" (want slots=N)`},
@@ -126,4 +126,34 @@ func TestRdzvAddrFor(t *testing.T) {
 	if err != nil || got != "127.0.0.1:0" {
 		t.Errorf("me@127.0.0.2: %q, %v", got, err)
 	}
+}
+
+func FuzzParseHostfile(f *testing.F) {
+	for _, s := range []string{"node1 slots=2\nnode2\n", "# c\n\n a slots=1 max_slots=3 # x\n", "a:2,b", "slots=2", "a slots=-1", "a,b:0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		check := func(what string, hosts []Host, err error) {
+			if err != nil {
+				if !strings.HasPrefix(err.Error(), "launch: ") {
+					t.Fatalf("%s(%q): error without the package: %v", what, s, err)
+				}
+				return
+			}
+			seen := map[string]bool{}
+			for _, h := range hosts {
+				if h.Slots < 1 || checkHostName(h.Name) != nil || seen[h.Name] {
+					t.Fatalf("%s(%q) = %v: bad host %+v", what, s, hosts, h)
+				}
+				seen[h.Name] = true
+			}
+		}
+		hosts, err := ParseHostfile("f", strings.NewReader(s))
+		check("ParseHostfile", hosts, err)
+		if err == nil && len(hosts) == 0 {
+			t.Fatalf("ParseHostfile(%q): no hosts and no error", s)
+		}
+		hosts, err = ParseHostList(s)
+		check("ParseHostList", hosts, err)
+	})
 }

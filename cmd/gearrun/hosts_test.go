@@ -653,7 +653,7 @@ func TestHostFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--hostfile", bad, "-np", "2", "true"}, "launch: hostfile " + bad + ":4: slots=zero: want a number of at least 1"},
+		{[]string{"--hostfile", bad, "-np", "2", "true"}, "launch: hostfile " + bad + ":4: slots=zero: want a number from 1 to 65536"},
 		{[]string{"--hostfile", good, "-np", "4", "true"}, "launch: 4 ranks but the hosts have 3 slots (node1:2,node2:1)"},
 		{[]string{"-H", "node1:2", "-np", "1", "true", ":", "-np", "2", "true"}, "launch: 3 ranks but the hosts have 2 slots (node1:2)"},
 		{[]string{"--hostfile", filepath.Join(dir, "missing"), "-np", "1", "true"}, "hostfile: open " + filepath.Join(dir, "missing")},
