@@ -278,13 +278,18 @@ func (a *agent) run(ctx context.Context) error {
 	defer guard.done()
 	a.groups = make([]int, 0, len(a.ranks))
 
-	// Control lines, and the end of the connection.
+	// Control lines, pings, and the end of the connection.
 	ctrl := make(chan syscall.Signal, 4)
 	gone := make(chan struct{})
+	heard := make(chan struct{}, 1)
 	go func() {
 		defer close(gone)
 		for {
 			line, err := a.in.ReadString('\n')
+			select {
+			case heard <- struct{}{}:
+			default:
+			}
 			if f, ok := strings.CutPrefix(strings.TrimSpace(line), "signal "); ok {
 				if n, err := strconv.Atoi(f); err == nil && n > 0 && n < 65 {
 					ctrl <- syscall.Signal(n)
@@ -327,8 +332,17 @@ func (a *agent) run(ctx context.Context) error {
 	}
 	broken := a.out.broken
 	done := ctx.Done()
+	lastHeard := time.Now()
+	watch := time.NewTicker(agentPing / 2)
+	defer watch.Stop()
 	for running > 0 {
 		select {
+		case <-heard:
+			lastHeard = time.Now()
+		case <-watch.C:
+			if time.Since(lastHeard) > agentSilence && !lost {
+				loseAll(fmt.Sprintf("no word from the launcher for %v", agentSilence))
+			}
 		case ev := <-exits:
 			running--
 			b, _ := json.Marshal(exitOf(ev))

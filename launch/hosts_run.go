@@ -65,7 +65,7 @@ func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result
 	if rem.Dir == "" {
 		rem.Dir, _ = os.Getwd()
 	}
-	hj := &hostJob{job: j, rem: rem, events: make(chan hostEvent, 64)}
+	hj := &hostJob{job: j, rem: rem, events: make(chan hostEvent, 64), coordLost: make(chan lostRank, len(p.Ranks))}
 	return hj.run(ctx)
 }
 
@@ -80,7 +80,27 @@ type hostJob struct {
 	readers sync.WaitGroup
 	// exited[r] is set when rank r's end is known.
 	exited []bool
+	// coordLost: ranks the coordinator lost (OnLost).
+	coordLost chan lostRank
 }
+
+type lostRank struct {
+	rank   int
+	reason string
+}
+
+// Pings: the launcher writes a line to every agent each agentPing; an agent
+// that hears nothing for agentSilence takes its launcher for unreachable (a
+// host cut off without its connection closing) and kills its ranks.
+const (
+	agentPing    = time.Second
+	agentSilence = 10 * time.Second
+)
+
+// lostReportWait is how long a rank the coordinator lost may take to be
+// reported by its agent (a rank that crashed) before its host counts as
+// unreachable.
+const lostReportWait = 2 * time.Second
 
 // hostConn is one host's ssh connection and agent.
 type hostConn struct {
@@ -92,6 +112,7 @@ type hostConn struct {
 	started bool        // some rank of the host started
 	done    bool        // the agent said every rank ended
 	ended   bool        // ssh ended
+	lost    bool        // the host was reported lost
 	tail    *tailWriter
 }
 
@@ -124,6 +145,12 @@ func (hj *hostJob) run(ctx context.Context) (*Result, error) {
 		OnFail: func(err error) {
 			select {
 			case hj.rdzvFail <- err:
+			default:
+			}
+		},
+		OnLost: func(r int, reason string) {
+			select {
+			case hj.coordLost <- lostRank{r, reason}:
 			default:
 			}
 		},
@@ -239,10 +266,20 @@ func (hj *hostJob) start(h *hostConn, rdzv string) error {
 	go func() {
 		defer hj.readers.Done()
 		stdin.Write(job)
-		for line := range h.ctl {
-			stdin.Write([]byte(line))
+		ping := time.NewTicker(agentPing)
+		defer ping.Stop()
+		for {
+			select {
+			case line, ok := <-h.ctl:
+				if !ok {
+					stdin.Close()
+					return
+				}
+				stdin.Write([]byte(line))
+			case <-ping.C:
+				stdin.Write([]byte("ping\n"))
+			}
 		}
-		stdin.Close()
 	}()
 	h.tail = &tailWriter{sink: hj.stderr}
 	errPump := newLinePump(hj.opts.Name+": "+h.name+": ", &lineSink{w: h.tail})
@@ -377,8 +414,28 @@ func (hj *hostJob) wait(ctx context.Context) {
 	done := ctx.Done()
 	signals := hj.opts.Signals
 	interrupted := false
+	pending := map[int]string{} // ranks the coordinator lost, their reports awaited
+	var check <-chan time.Time
 	for running > 0 {
 		select {
+		case l := <-hj.coordLost:
+			if !hj.exited[l.rank] {
+				if len(pending) == 0 {
+					check = after(lostReportWait)
+				}
+				pending[l.rank] = l.reason
+			}
+		case <-check:
+			check = nil
+			for r, reason := range pending {
+				if !hj.exited[r] {
+					hj.cutHost(hj.hostOf(r), reason)
+				}
+			}
+			clear(pending)
+			if hj.cause != "" {
+				stop(syscall.SIGTERM)
+			}
 		case ev := <-hj.events:
 			if ev.kind == hostEnded {
 				running--
@@ -510,6 +567,16 @@ func (hj *hostJob) hostLost(h *hostConn, err error) {
 	if t := h.tail.last(); t != "" {
 		how += " (" + t + ")"
 	}
+	hj.loseHost(h, how)
+}
+
+// loseHost fails the job for host h, lost as how says, and tells the
+// coordinator that its ranks are gone; once per host.
+func (hj *hostJob) loseHost(h *hostConn, how string) {
+	if h.lost {
+		return
+	}
+	h.lost = true
 	var lost []int
 	for _, r := range h.ranks {
 		if !hj.exited[r] {
@@ -535,6 +602,27 @@ func (hj *hostJob) hostLost(h *hostConn, err error) {
 	} else {
 		hj.stderr.write([]byte(hj.opts.Name + ": " + cause + "\n"))
 	}
+}
+
+// hostOf is the connection of rank r's host.
+func (hj *hostJob) hostOf(r int) *hostConn {
+	for _, h := range hj.hosts {
+		if h.name == hj.plan.Ranks[r].Host {
+			return h
+		}
+	}
+	return nil
+}
+
+// cutHost ends the connection of a host whose ranks the coordinator lost
+// without a report from its agent: the host no longer answers, and its ssh
+// may wait long for a dead connection.
+func (hj *hostJob) cutHost(h *hostConn, reason string) {
+	if h == nil || h.cmd == nil || h.ended || h.lost {
+		return
+	}
+	hj.loseHost(h, strings.TrimPrefix(reason, "host "+h.name+" "))
+	syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 }
 
 // signalHosts asks every host's agent to signal its ranks.

@@ -40,6 +40,7 @@ type sshCluster struct {
 	rdzvHost string   // gearrun's address there
 	hosts    []string // the hosts' addresses (as gearrun names them)
 	netns    []string // the hosts' namespaces
+	ifaces   []string // the hosts' interfaces on the bridge
 	sshdPIDs []int
 	nsID     []string // the hosts' network namespaces as /proc/PID/ns/net reads
 }
@@ -88,6 +89,14 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 				p.Kill()
 			}
 		}
+		// Whatever a failed test left on a host (an sshd session of a cut
+		// connection) goes with it.
+		for k := range c.nsID {
+			for _, p := range c.hostProcesses(k) {
+				pid, _ := strconv.Atoi(strings.Fields(p)[0])
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
 		for _, ns := range made {
 			run("ip", "netns", "del", ns)
 		}
@@ -108,7 +117,7 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 	must("ip", "-n", sw, "link", "set", "br0", "up")
 	// join puts namespace ns on the bridge at addr, through a veth pair made
 	// inside the switch namespace (so nothing touches the root namespace).
-	join := func(ns, tag, addr string) {
+	join := func(ns, tag, addr string) string {
 		in, out := "g"+tag+"a"+id, "g"+tag+"b"+id
 		must("ip", "netns", "add", ns)
 		made = append(made, ns)
@@ -118,6 +127,7 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 		must("ip", "-n", ns, "addr", "add", addr+"/24", "dev", in)
 		must("ip", "-n", ns, "link", "set", in, "up")
 		must("ip", "-n", ns, "link", "set", "lo", "up")
+		return in
 	}
 	c.launcher, c.rdzvHost = lns, subnet+".1"
 	join(lns, "l", subnet+".1")
@@ -139,7 +149,7 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 	for k := range n {
 		ns := fmt.Sprintf("gearssh-%s-%d", id, k)
 		addr := fmt.Sprintf("%s.%d", subnet, k+2)
-		join(ns, strconv.Itoa(k), addr)
+		c.ifaces = append(c.ifaces, join(ns, strconv.Itoa(k), addr))
 		pidFile := filepath.Join(c.dir, fmt.Sprintf("sshd.%d.pid", k))
 		conf := filepath.Join(c.dir, fmt.Sprintf("sshd.%d.conf", k))
 		cfg := strings.Join([]string{
@@ -161,12 +171,21 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 		if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var log bytes.Buffer
-		sshd := exec.Command("ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", conf)
-		sshd.Stdout, sshd.Stderr = &log, &log
-		if err := sshd.Start(); err != nil {
+		// A file, not a pipe: sshd's sessions inherit it, and one left by a
+		// cut connection must not hold up Wait.
+		logPath := filepath.Join(c.dir, fmt.Sprintf("sshd.%d.log", k))
+		logFile, err := os.Create(logPath)
+		if err != nil {
 			t.Fatal(err)
 		}
+		sshd := exec.Command("ip", "netns", "exec", ns, "/usr/sbin/sshd", "-D", "-e", "-f", conf)
+		sshd.Stdout, sshd.Stderr = logFile, logFile
+		err = sshd.Start()
+		logFile.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		readLog := func() string { b, _ := os.ReadFile(logPath); return string(b) }
 		c.sshdPIDs = append(c.sshdPIDs, sshd.Process.Pid)
 		exited := make(chan struct{})
 		go func() {
@@ -176,19 +195,19 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 		t.Cleanup(func() {
 			sshd.Process.Kill()
 			<-exited
-			if t.Failed() && log.Len() > 0 {
-				t.Logf("sshd on %s:\n%s", addr, log.String())
+			if l := readLog(); t.Failed() && l != "" {
+				t.Logf("sshd on %s:\n%s", addr, l)
 			}
 		})
 		deadline := time.Now().Add(10 * time.Second)
 		for !exists(pidFile) {
 			select {
 			case <-exited:
-				t.Fatalf("sshd in %s ended: %s", ns, log.String())
+				t.Fatalf("sshd in %s ended: %s", ns, readLog())
 			default:
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("sshd in %s wrote no pid file in 10s: %s", ns, log.String())
+				t.Fatalf("sshd in %s wrote no pid file in 10s: %s", ns, readLog())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -574,6 +593,9 @@ func TestHostsOverSSH(t *testing.T) {
 		t.Logf("sshd session on %s killed: its host empty in %v, gearrun ended in %v (exit %d); stderr:\n%s",
 			c.hosts[lost], empty.Round(time.Millisecond), took.Round(time.Millisecond), exitCode(err), stderr.String())
 	})
+
+	// Last: the host stays cut off.
+	t.Run("host-cut-off", func(t *testing.T) { testHostCutOff(t, c, hostfile, 2) })
 }
 
 // dryRunSize runs a dry run and returns the plan's number of ranks.
@@ -589,6 +611,60 @@ func dryRunSize(t *testing.T, cmd *exec.Cmd) int {
 	}
 	return len(plan.Ranks)
 }
+
+// testHostCutOff takes host k off the network in the middle of a job (its
+// interface down: nothing is closed, nothing answers). The coordinator misses
+// its ranks' heartbeats, gearrun names the host and stops the others, and the
+// host's agent, hearing no more pings, kills its ranks.
+func testHostCutOff(t *testing.T, c *sshCluster, hostfile string, k int) {
+	dir := t.TempDir()
+	var stderr bytes.Buffer
+	cmd := c.gearrun(t, []string{"--hostfile", hostfile, "--grace", "2s",
+		"-x", envHelper + "=rdzvwait", "-x", envDir + "=" + dir, "-np", "6"})
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	pids := waitForFiles(t, dir, 6, 30*time.Second)
+	cut := map[string]int{"agent": parentOf(t, pids[fmt.Sprintf("pid.%d", 2*k)])}
+	for r := 2 * k; r < 2*k+2; r++ {
+		cut[fmt.Sprintf("pid.%d", r)] = pids[fmt.Sprintf("pid.%d", r)]
+	}
+	start := time.Now()
+	if out, err := exec.Command("ip", "-n", c.netns[k], "link", "set", c.ifaces[k], "down").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set down: %v: %s", err, out)
+	}
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gearrun did not end after %s was cut off; stderr:\n%s", c.hosts[k], stderr.String())
+	}
+	took := time.Since(start)
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("gearrun exit code %d, want 1; stderr:\n%s", code, stderr.String())
+	}
+	re := regexp.MustCompile(`(?m)^gearrun: host ` + regexp.QuoteMeta(c.hosts[k]) + fmt.Sprintf(` \(ranks %d-%d\) lost: unreachable`, 2*k, 2*k+1))
+	if !re.MatchString(stderr.String()) {
+		t.Fatalf("no line naming the cut-off host and its ranks; stderr:\n%s", stderr.String())
+	}
+	others := []int{}
+	for i := range c.hosts {
+		if i != k {
+			others = append(others, i)
+		}
+	}
+	c.waitHostsEmpty(t, 5*time.Second, others...)
+	assertAllGone(t, cut, start.Add(agentSilenceForTest+5*time.Second))
+	t.Logf("%s cut off: gearrun ended in %v naming it, its agent and ranks gone %v after the cut; stderr:\n%s",
+		c.hosts[k], took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), stderr.String())
+}
+
+// agentSilenceForTest is launch's agentSilence: how long an agent waits for
+// its launcher's pings.
+const agentSilenceForTest = 10 * time.Second
 
 // parentOf is pid's parent.
 func parentOf(t *testing.T, pid int) int {
