@@ -25,6 +25,15 @@ const (
 	EnvJobID = "GEAR_JOB_ID"
 	// EnvJobToken is the per-job secret a rank proves to the coordinator.
 	EnvJobToken = "GEAR_JOB_TOKEN"
+	// EnvRestartCount is the world's generation: how many times the launcher
+	// restarted the job's world before this one (0 for the first). The
+	// rendezvous refuses a rank of another generation.
+	EnvRestartCount = "GEAR_RESTART_COUNT"
+	// EnvCheckpointDir is the job's checkpoint directory, one per job ID,
+	// readable by every host of the job: where trainers checkpoint their
+	// shards and the parameter service its latest version, so that a restarted
+	// world finds them. Unset when the job has none.
+	EnvCheckpointDir = "GEAR_CHECKPOINT_DIR"
 )
 
 // Optional settings a rank reads; the launcher sets them when asked.

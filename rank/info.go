@@ -51,6 +51,14 @@ type Info struct {
 	JobID       string        // UUID under gearrun, "slurm-<id>" under SLURM, "local-<pid>" alone
 	Token       string        // per-job secret; never printed
 
+	// Restart is the world's generation: how many times the launcher restarted
+	// the job before this world (GEAR_RESTART_COUNT, else
+	// TORCHELASTIC_RESTART_COUNT; 0 for the first world).
+	Restart int
+	// CheckpointDir is the job's checkpoint directory (GEAR_CHECKPOINT_DIR),
+	// "" when the job has none.
+	CheckpointDir string
+
 	Source Source
 	// ServeRdzv is set when this process must run the coordinator itself: rank 0
 	// of a SLURM job that no launcher coordinates.
@@ -59,9 +67,9 @@ type Info struct {
 
 // String prints the facts, never the token.
 func (i Info) String() string {
-	return fmt.Sprintf("rank %d/%d local %d/%d node %d/%d role %q/%d job %s rdzv %s (%s)",
+	return fmt.Sprintf("rank %d/%d local %d/%d node %d/%d role %q/%d job %s restart %d rdzv %s (%s)",
 		i.Rank, i.Size, i.LocalRank, i.LocalSize, i.NodeRank, i.NumNodes, i.Role, i.RoleRank,
-		i.JobID, i.RdzvAddr, i.Source)
+		i.JobID, i.Restart, i.RdzvAddr, i.Source)
 }
 
 // LogValue keeps the token out of logs.
@@ -71,7 +79,7 @@ func (i Info) LogValue() slog.Value {
 		slog.Int("local_rank", i.LocalRank), slog.Int("local_size", i.LocalSize),
 		slog.Int("node", i.NodeRank), slog.Int("num_nodes", i.NumNodes),
 		slog.String("role", i.Role), slog.Int("role_rank", i.RoleRank),
-		slog.String("job", i.JobID), slog.String("rdzv", i.RdzvAddr),
+		slog.String("job", i.JobID), slog.Int("restart", i.Restart), slog.String("rdzv", i.RdzvAddr),
 		slog.String("source", string(i.Source)))
 }
 
@@ -99,6 +107,12 @@ func FromLookup(lookup func(string) (string, bool)) (Info, error) {
 		info.RdzvTimeout = t
 	}
 	p := envParser{lookup: lookup}
+	info.CheckpointDir = get(EnvCheckpointDir)
+	if _, ok := lookup(EnvRestartCount); ok {
+		info.Restart = p.int(EnvRestartCount, 0)
+	} else {
+		info.Restart = p.int(EnvTorchRestartCount, 0)
+	}
 	switch {
 	case get(EnvRank) != "":
 		info.Source = SourceGear

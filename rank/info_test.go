@@ -33,6 +33,42 @@ func TestFromLookupGear(t *testing.T) {
 	}
 }
 
+func TestFromLookupRestartAndCheckpointDir(t *testing.T) {
+	base := map[string]string{EnvRank: "0", EnvWorldSize: "1", EnvJobID: "abc"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, c := range []struct {
+		env     map[string]string
+		restart int
+		dir     string
+	}{
+		{with(), 0, ""},
+		{with(EnvRestartCount, "2", EnvCheckpointDir, "/ckpt/abc"), 2, "/ckpt/abc"},
+		{with(EnvTorchRestartCount, "3"), 3, ""},
+		{with(EnvRestartCount, "1", EnvTorchRestartCount, "3"), 1, ""}, // gear's name wins
+	} {
+		info, err := FromLookup(lookupMap(c.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Restart != c.restart || info.CheckpointDir != c.dir {
+			t.Errorf("%v: restart %d dir %q, want %d %q", c.env, info.Restart, info.CheckpointDir, c.restart, c.dir)
+		}
+	}
+	_, err := FromLookup(lookupMap(with(EnvRestartCount, "-1")))
+	if err == nil || !strings.Contains(err.Error(), EnvRestartCount) {
+		t.Errorf("GEAR_RESTART_COUNT=-1: err %v, want one naming the variable", err)
+	}
+}
+
 func TestFromLookupSlurm(t *testing.T) {
 	info, err := FromLookup(lookupMap(map[string]string{
 		EnvSlurmProcID: "5", EnvSlurmNTasks: "8", EnvSlurmLocalID: "1", EnvSlurmNodeID: "2",

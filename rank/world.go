@@ -459,6 +459,14 @@ func (w *World) Roles() []Role {
 // JobID is the job's ID (a UUID under gearrun; "local-<pid>" alone).
 func (w *World) JobID() string { return w.info.JobID }
 
+// RestartCount is the world's generation: how many times the launcher
+// restarted the job before this world (0 for the first).
+func (w *World) RestartCount() int { return w.info.Restart }
+
+// CheckpointDir is the job's checkpoint directory, readable by every host of
+// the job, or "" when the job has none (GEAR_CHECKPOINT_DIR).
+func (w *World) CheckpointDir() string { return w.info.CheckpointDir }
+
 // Host is the caller's host identity (HostID).
 func (w *World) Host() string { return w.host }
 
