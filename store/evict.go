@@ -127,58 +127,86 @@ func (e *evictor) admit(r Remover, st RowStatus) bool {
 	return !e.hasBound || r.Before(st, e.bound)
 }
 
-// evict takes a victim row for writing, scanning the status table first if its
-// candidates ran out. The scan also reclaims the rows of dead writers and puts free
-// rows missing from the free queue back; evict then returns false so that the caller
-// pops them. A scan that found nothing at all is not repeated for scanPause.
-func (s *Shard) evict() (Pending, bool) {
+// evict reserves up to want rows for this handle by eviction (committed ->
+// reserved) and appends them to dst, scanning the status table first if its
+// candidates ran out. The scan also reclaims the rows of dead writers and puts
+// free rows missing from the free queue back; evict then returns no rows so that
+// the caller pops them. A scan that found nothing at all is not repeated for
+// scanPause.
+func (s *Shard) evict(want int, dst []uint32) []uint32 {
 	e := &s.ev
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	n0 := len(dst)
+	defer func() {
+		if n := len(dst) - n0; n > 0 {
+			e.evictions += uint64(n)
+			s.removed.Add(uint64(n))
+		}
+	}()
 	// Once per turnover of the shard (and at most every maintenanceEvery
 	// evictions), look for the rows of dead writers and for free rows the queue
-	// lost: the fast paths below would never see them.
-	if e.evictions++; e.evictions >= max(uint64(s.cap), maintenanceEvery) {
+	// lost: the fast paths below would never see them. The FIFO walk also starts
+	// afresh, finding rows that other processes' walks held back.
+	if e.evictions >= max(uint64(s.cap), maintenanceEvery) {
 		e.evictions = 0
-		if s.rescan(nil) > 0 {
-			return Pending{}, false
+		e.fifo.valid = false
+		if s.rescan(nil, false) > 0 {
+			return dst
 		}
 	}
 	switch s.remover.(type) {
 	case FIFO:
-		if p, ok := s.evictFIFO(); ok {
-			return p, true
-		}
+		dst = s.evictFIFO(want, dst)
 	case LIFO:
-		if p, ok := s.evictLIFO(); ok {
-			return p, true
+		for len(dst)-n0 < want {
+			i, ok := s.evictLIFO()
+			if !ok {
+				break
+			}
+			dst = append(dst, i)
 		}
+	}
+	if len(dst) > n0 {
+		return dst
 	}
 	if s.remover != nil {
 		s.merge()
 		if !e.stale && len(e.heap) > 0 {
-			if p, ok := s.popVictim(); ok {
-				return p, true
+			if dst = s.popVictims(want, dst); len(dst) > n0 {
+				return dst
 			}
 		}
 	}
 	if time.Now().Before(e.idleUntil) {
-		return Pending{}, false
+		return dst
 	}
 	var cand *evictor
 	if s.remover != nil {
 		cand = e
 	}
-	if s.rescan(cand) > 0 {
-		return Pending{}, false
+	if s.rescan(cand, true) > 0 {
+		return dst
 	}
 	if s.remover != nil {
-		if p, ok := s.popVictim(); ok {
-			return p, true
+		if dst = s.popVictims(want, dst); len(dst) > n0 {
+			return dst
 		}
 	}
 	e.idleUntil = time.Now().Add(scanPause)
-	return Pending{}, false
+	return dst
+}
+
+// popVictims reserves up to want of the best candidates, appending them to dst.
+func (s *Shard) popVictims(want int, dst []uint32) []uint32 {
+	for n := 0; n < want; n++ {
+		i, ok := s.popVictim()
+		if !ok {
+			break
+		}
+		dst = append(dst, i)
+	}
+	return dst
 }
 
 // maintenanceEvery is the least number of evictions between maintenance scans.
@@ -221,9 +249,9 @@ func (s *Shard) merge() {
 	}
 }
 
-// popVictim takes the best valid candidate. Pinned candidates are skipped but kept:
-// they go back into the heap afterwards.
-func (s *Shard) popVictim() (Pending, bool) {
+// popVictim reserves the best valid candidate for this handle. Pinned candidates
+// are skipped but kept: they go back into the heap afterwards.
+func (s *Shard) popVictim() (uint32, bool) {
 	e := &s.ev
 	defer func() {
 		for _, c := range e.pinned {
@@ -254,15 +282,13 @@ func (s *Shard) popVictim() (Pending, bool) {
 			e.pinned = append(e.pinned, c)
 			continue
 		}
-		w := writingWord(genOf(x)+1, s.slot)
-		if r.state.CompareAndSwap(x, w) {
+		if r.state.CompareAndSwap(x, reservedWord(genOf(x), s.slot)) {
 			e.pop(s.remover)
-			s.removed.Add(1)
-			return Pending{s: s, idx: uint32(c.Index), word: w}, true
+			return uint32(c.Index), true
 		}
 		// The word changed under us (a pin, a release): look again.
 	}
-	return Pending{}, false
+	return 0, false
 }
 
 // validCommitted reports whether row i still has status word x.
@@ -270,11 +296,14 @@ func (s *Shard) validCommitted(i int, x uint64) bool {
 	return s.row(uint32(i)).state.Load() == x
 }
 
-// rescan walks the status table: it reclaims the rows of writers that died, pushes
-// free rows back onto the free queue (the queue may have lost them), and, with e,
-// refills e's candidate heap with the k best victims. It returns the number of rows
-// it pushed.
-func (s *Shard) rescan(e *evictor) int {
+// rescan walks the status table: it reclaims the rows of writers that died (rows
+// being written and the rows of their chunks), pushes free rows back onto the
+// free queue (the queue may have lost them), and, with e, refills e's candidate
+// heap with the k best victims. With steal, when it finds no row to push, it
+// takes one row from another live writer's chunk and pushes that: a writer that
+// finds nothing free is not starved by rows reserved for writers that do not use
+// them yet. It returns the number of rows it pushed.
+func (s *Shard) rescan(e *evictor, steal bool) int {
 	var seq0 uint64
 	truncated := false
 	if e != nil {
@@ -283,6 +312,7 @@ func (s *Shard) rescan(e *evictor) int {
 	}
 	dead := s.deadSlots()
 	pushed := 0
+	stealRow, stealWord := uint32(0), uint64(0)
 	var worst func(a, b RowStatus) bool
 	if e != nil {
 		worst = func(a, b RowStatus) bool { return s.remover.Before(b, a) }
@@ -292,8 +322,16 @@ func (s *Shard) rescan(e *evictor) int {
 		x := r.state.Load()
 		switch phaseOf(x) {
 		case phaseFree:
-			if s.free.push(i) {
-				pushed++
+			if !isReserved(x) {
+				if s.free.push(i) {
+					pushed++
+				}
+			} else if s.reclaimRow(i, x, dead) {
+				if s.free.push(i) {
+					pushed++
+				}
+			} else if steal && stealWord == 0 && slotOf(x) != s.slot {
+				stealRow, stealWord = i, x
 			}
 		case phaseWriting, phaseCommitting:
 			if s.reclaimRow(i, x, dead) && s.free.push(i) {
@@ -320,6 +358,9 @@ func (s *Shard) rescan(e *evictor) int {
 			}
 		}
 	}
+	if pushed == 0 && stealWord != 0 && s.row(stealRow).state.CompareAndSwap(stealWord, freeWord(genOf(stealWord))) && s.free.push(stealRow) {
+		pushed++
+	}
 	s.freeSlots(dead)
 	if e != nil {
 		e.hasBound = truncated
@@ -335,7 +376,7 @@ func (s *Shard) rescan(e *evictor) int {
 }
 
 // Reclaim returns to the free queue the rows whose writer died between Allocate and
-// Commit, gives back the Views that dead processes held (a row released while
+// Commit or that were reserved in a dead writer's chunk, gives back the Views that dead processes held (a row released while
 // they held it is freed; the others become evictable again), and frees those
 // processes' slots. It returns how many rows went back to the free queue.
 // The owner calls it now and then; Allocate does the same when the shard is full.
@@ -360,7 +401,7 @@ func (s *Shard) reclaim() int {
 	for i := range s.cap {
 		r := s.row(i)
 		x := r.state.Load()
-		if p := phaseOf(x); (p == phaseWriting || p == phaseCommitting) && s.reclaimRow(i, x, dead) {
+		if p := phaseOf(x); (p == phaseWriting || p == phaseCommitting || isReserved(x)) && s.reclaimRow(i, x, dead) {
 			s.free.push(i)
 			n++
 		}
@@ -379,7 +420,8 @@ func (s *Shard) reclaim() int {
 	return n
 }
 
-// reclaimRow frees row i, whose status word was x (writing or committing), if its
+// reclaimRow frees row i, whose status word was x (reserved, writing or
+// committing), if its
 // writer's slot is in dead and still holds the dead identity. The slot is read after
 // x: a process that took the slot over registered before it allocated, so a row it
 // wrote shows its identity there, not the dead one.

@@ -32,38 +32,74 @@ var testHookCommitting func()
 // Allocate takes a free row for writing. When no row is free it evicts one chosen
 // by the shard's Remover; it waits, until ctx is done, only while every row is
 // being written or pinned, or when the remover is RemoverNone and nothing is free.
-// The fast path is a few atomic operations: no locks, no system calls, no
+//
+// Rows are reserved for the handle a chunk at a time (WithChunk): one pass over
+// the free queue, or over the eviction order when nothing is free, reserves up to
+// a chunk's rows in the status table under this handle's writer slot, and the
+// following calls take them one by one. So writer processes do not meet on the
+// shared allocation state at every insert, only once a chunk. The fast path is
+// one compare-and-swap on the row's own status word: no system calls, no
 // allocation.
 func (s *Shard) Allocate(ctx context.Context) (Pending, error) {
 	if s.closed.Load() || s.state.Load() != stateReady {
 		return Pending{}, ErrClosed
 	}
-	for {
-		i, ok := s.free.pop()
-		if !ok {
-			return s.allocateSlow(ctx)
-		}
-		if i >= s.cap {
-			continue
-		}
-		if p, ok := s.take(i); ok {
-			return p, nil
-		}
+	s.chunkMu.Lock()
+	p, ok := s.takeChunk()
+	s.chunkMu.Unlock()
+	if ok {
+		return p, nil
 	}
+	return s.allocateSlow(ctx)
 }
 
-// take moves row i from free to writing, if it is free.
-func (s *Shard) take(i uint32) (Pending, bool) {
+// takeChunk moves the next row of the handle's chunk from reserved to writing
+// (the caller holds chunkMu). A row that another writer took meanwhile (see
+// rescan) is skipped.
+func (s *Shard) takeChunk() (Pending, bool) {
+	for s.chunkHead < len(s.chunk) {
+		i := s.chunk[s.chunkHead]
+		s.chunkHead++
+		r := s.row(i)
+		x := r.state.Load()
+		if !isReserved(x) || slotOf(x) != s.slot {
+			continue
+		}
+		w := writingWord(genOf(x)+1, s.slot)
+		if r.state.CompareAndSwap(x, w) {
+			return Pending{s: s, idx: i, word: w}, true
+		}
+	}
+	return Pending{}, false
+}
+
+// reserve moves row i from free to reserved for this handle, if it is free and
+// not in a chunk.
+func (s *Shard) reserve(i uint32) bool {
 	r := s.row(i)
 	x := r.state.Load()
-	if phaseOf(x) != phaseFree {
-		return Pending{}, false
+	if x&(phaseMask|reservedBit) != phaseFree {
+		return false
 	}
-	w := writingWord(genOf(x)+1, s.slot)
-	if !r.state.CompareAndSwap(x, w) {
-		return Pending{}, false
+	return r.state.CompareAndSwap(x, reservedWord(genOf(x), s.slot))
+}
+
+// refill reserves a new chunk (the caller holds chunkMu and has used up the
+// last): free rows from the free queue, or else rows evicted by the Remover.
+func (s *Shard) refill() {
+	s.chunk, s.chunkHead = s.chunk[:0], 0
+	for len(s.chunk) < s.chunkRows {
+		i, ok := s.free.pop()
+		if !ok {
+			break
+		}
+		if i < s.cap && s.reserve(i) {
+			s.chunk = append(s.chunk, i)
+		}
 	}
-	return Pending{s: s, idx: i, word: w}, true
+	if len(s.chunk) == 0 {
+		s.chunk = s.evict(s.chunkRows, s.chunk)
+	}
 }
 
 func (s *Shard) allocateSlow(ctx context.Context) (Pending, error) {
@@ -72,15 +108,14 @@ func (s *Shard) allocateSlow(ctx context.Context) (Pending, error) {
 		if s.closed.Load() || s.state.Load() != stateReady {
 			return Pending{}, ErrClosed
 		}
-		if i, ok := s.free.pop(); ok {
-			if i < s.cap {
-				if p, ok := s.take(i); ok {
-					return p, nil
-				}
-			}
-			continue
+		s.chunkMu.Lock()
+		p, ok := s.takeChunk()
+		if !ok {
+			s.refill()
+			p, ok = s.takeChunk()
 		}
-		if p, ok := s.evict(); ok {
+		s.chunkMu.Unlock()
+		if ok {
 			return p, nil
 		}
 		if s.free.head.Load() != s.free.tail.Load() {

@@ -22,6 +22,8 @@ import (
 //	192   free queue tail
 //	256   commit log tail (the next insertion sequence)
 //	320   rows removed (released or evicted) since creation
+//	384   FIFO eviction claim: commit-log position up to which writers have
+//	      claimed the rows to evict (u64, atomic)
 //	1024  spec encoding
 //
 // followed, each page-aligned, by the writer slots (maxSlots u64 identities), the
@@ -30,7 +32,7 @@ import (
 // and the column tables.
 const (
 	hdrMagic     = "GEARSHRD"
-	hdrVersion   = 2
+	hdrVersion   = 3
 	offMagic     = 0
 	offVersion   = 8
 	offEncLen    = 12
@@ -43,6 +45,7 @@ const (
 	offFreeTail  = 192
 	offLogTail   = 256
 	offRemovals  = 320
+	offFIFOClaim = 384
 	offEnc       = 1024
 	maxEncLen    = 16 << 10
 	encVersion   = 1

@@ -24,6 +24,7 @@ const (
 	envRole  = "STORETEST_ROLE"
 	envShard = "STORETEST_SHARD"
 	envArg   = "STORETEST_ARG"
+	envChunk = "STORETEST_CHUNK" // the child's WithChunk (default: the shard's)
 )
 
 func TestMain(m *testing.M) {
@@ -51,7 +52,11 @@ func runChild(role, name, arg string) int {
 		fmt.Fprintf(os.Stderr, "child %s: %v\n", role, err)
 		return 1
 	}
-	s, err := store.Attach(ctx, name)
+	var opts []store.Option
+	if n, err := strconv.Atoi(os.Getenv(envChunk)); err == nil {
+		opts = append(opts, store.WithChunk(n))
+	}
+	s, err := store.Attach(ctx, name, opts...)
 	if err != nil {
 		return fail(err)
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -197,8 +198,18 @@ func trim(s string) string {
 
 // TestConcurrentEviction runs two writer processes against a small FIFO shard that
 // is always full, so writers evict while this process reads: every row read is
-// intact, and a row evicted under a reader is refused, never torn.
+// intact, and a row evicted under a reader is refused, never torn. The writers
+// reserve one row at a time, and then chunks of 8 (sharing the FIFO claim).
 func TestConcurrentEviction(t *testing.T) {
+	for _, chunk := range []int{1, 8} {
+		t.Run(fmt.Sprintf("chunk=%d", chunk), func(t *testing.T) {
+			t.Setenv(envChunk, strconv.Itoa(chunk))
+			concurrentEviction(t, chunk)
+		})
+	}
+}
+
+func concurrentEviction(t *testing.T, chunk int) {
 	s := storetest.Create(t, storetest.Spec(64))
 	d := soakTime() / 5
 	writers := []*child{
@@ -255,7 +266,8 @@ func TestConcurrentEviction(t *testing.T) {
 		}
 		w.wait(t)
 	}
-	if st := s.Stats(); st.Writing != 0 || st.Committed != 64 {
+	// The writers' Close freed the rows left in their chunks.
+	if st := s.Stats(); st.Writing != 0 || st.Reserved != 0 || st.Committed+st.Free != 64 || st.Free > 2*(chunk-1) {
 		t.Fatalf("after eviction test: %+v", st)
 	}
 	t.Logf("%d rows read intact (%d by copy), %d evicted under the reader and refused", read, copies, stale)
@@ -464,5 +476,90 @@ func TestKilledReaderViewsAreGivenBack(t *testing.T) {
 		if st.Key < 100 {
 			t.Fatalf("row %d still holds key %d after four inserts into a full FIFO shard", st.Index, st.Key)
 		}
+	}
+}
+
+// TestKilledWriterChunkIsReclaimed kills a writer that holds a chunk: one row
+// being written and the rest reserved. While it lives Reclaim leaves them
+// alone; after it dies Reclaim frees them all, and a FIFO shard keeps order.
+func TestKilledWriterChunkIsReclaimed(t *testing.T) {
+	s := storetest.Create(t, storetest.Spec(64))
+	t.Setenv(envChunk, "8")
+	c := startChild(t, "hang-writing", s.Name(), "")
+	idx, err := strconv.Atoi(c.line(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Writing != 1 || st.Reserved != 7 || st.Free != 63 {
+		t.Fatalf("stats with a writer mid-row holding a chunk of 8: %+v", st)
+	}
+	if n, _ := s.Reclaim(context.Background()); n != 0 {
+		t.Fatalf("reclaimed %d rows of a live writer", n)
+	}
+	c.kill(t)
+	n, err := s.Reclaim(context.Background())
+	if err != nil || n != 8 {
+		t.Fatalf("Reclaim = %d, %v; want the row being written and the 7 reserved (8)", n, err)
+	}
+	if st := s.Stats(); st.Writing != 0 || st.Reserved != 0 || st.Free != 64 {
+		t.Fatalf("stats after reclaim: %+v", st)
+	}
+	// Every row is usable again, the dead writer's half-written one included.
+	used := map[int]bool{}
+	for i := range 64 {
+		used[insert(t, s, uint64(i), 1).Index] = true
+	}
+	if len(used) != 64 || !used[idx] {
+		t.Fatalf("64 inserts used %d rows (the dead writer's row %d: %v)", len(used), idx, used[idx])
+	}
+}
+
+// TestReservedRowsAreNotStarving: with no remover, a live writer's unused chunk
+// does not keep another writer from the last free rows (it takes them over);
+// once that writer is dead, the row it was writing comes back to Allocate.
+func TestReservedRowsAreNotStarving(t *testing.T) {
+	spec := storetest.Spec(16)
+	spec.Remover = store.RemoverNone
+	s := storetest.Create(t, spec)
+	for i := range 8 {
+		insert(t, s, uint64(i), 1)
+	}
+	t.Setenv(envChunk, "8")
+	c := startChild(t, "hang-writing", s.Name(), "")
+	idx, _ := strconv.Atoi(c.line(t))
+	if st := s.Stats(); st.Writing != 1 || st.Reserved != 7 || st.Committed != 8 {
+		t.Fatalf("stats with a writer holding the last 8 rows: %+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 7 {
+		p, err := s.Allocate(ctx)
+		if err != nil {
+			t.Fatalf("allocation %d of the live writer's reserved rows: %v", i, err)
+		}
+		if p.Index() == idx {
+			t.Fatalf("took row %d, which the live writer is writing", idx)
+		}
+		storetest.Fill(p, uint64(100+i))
+		if _, err := p.CommitKey(uint64(100+i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancelShort := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	if p, err := s.Allocate(short); err == nil {
+		p.Abort()
+		t.Fatalf("took row %d while the only one left is being written", p.Index())
+	}
+	cancelShort()
+	c.kill(t)
+	p, err := s.Allocate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Index() != idx {
+		t.Fatalf("allocated row %d, the dead writer's was %d", p.Index(), idx)
+	}
+	if err := p.Abort(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -346,4 +346,5 @@ func (s *Shard) load(recs []ckptRecord, nextSeq uint64) {
 		r.state.Store(committedWord(0))
 	}
 	s.log.tail.Store(nextSeq)
+	s.claim.Store(nextSeq) // older rows are not in the log: the FIFO walk finds them by a scan
 }

@@ -60,6 +60,7 @@ type Shard struct {
 	pins    pinJournal
 	status  unsafe.Pointer
 	removed *atomic.Uint64
+	claim   *atomic.Uint64 // FIFO eviction claim (see evictFIFO)
 	free    freeQueue
 	log     commitLog
 	tables  [][]byte
@@ -75,6 +76,13 @@ type Shard struct {
 
 	ev   evictor
 	dead deadSet
+
+	// The rows reserved for this handle (reserved with its slot in the status
+	// table), taken from the end; see Allocate.
+	chunkMu   sync.Mutex
+	chunk     []uint32
+	chunkHead int // chunk[:chunkHead] are used
+	chunkRows int
 }
 
 // Compile-time check that a status row is exactly one stride.
@@ -92,6 +100,7 @@ type options struct {
 	progress  func(done, total int64)
 	frameSize int
 	level     int
+	chunk     int
 }
 
 // WithSpec makes Attach and Restore fail (with an error wrapping ErrLayout that
@@ -118,6 +127,20 @@ func WithFrameSize(n int) Option { return func(o *options) { o.frameSize = n } }
 // WithCompressionLevel sets the checkpoint's zstd level: 1 fastest (the default)
 // to 4 best.
 func WithCompressionLevel(level int) Option { return func(o *options) { o.level = level } }
+
+// WithChunk sets how many rows Create's or Attach's handle reserves at a time
+// for its inserts (1 to maxChunk): one pass over the shared free queue or the
+// eviction order reserves a chunk, and the handle's Allocate calls take the
+// chunk's rows without touching memory other writers use. The default is
+// Capacity/512, from 1 to 32. 1 reserves one row at a time.
+func WithChunk(rows int) Option { return func(o *options) { o.chunk = rows } }
+
+// maxChunk is the largest chunk a handle reserves.
+const maxChunk = 256
+
+// defaultChunk is the chunk size for a shard of capacity rows: small enough
+// that the chunks of many writers leave most of the shard to the others.
+func defaultChunk(capacity int) int { return min(max(capacity/512, 1), 32) }
 
 func collect(opts []Option) options {
 	var o options
@@ -194,9 +217,15 @@ func newShard(name string, l *layout, mem []byte, o options, rem Remover) *Shard
 		pins:    pinJournal{base: unsafe.Add(base, l.pinsOff)},
 		status:  unsafe.Add(base, l.statusOff),
 		removed: (*atomic.Uint64)(unsafe.Add(base, offRemovals)),
+		claim:   (*atomic.Uint64)(unsafe.Add(base, offFIFOClaim)),
 		cap:     uint32(l.spec.Capacity),
 		remover: rem,
 	}
+	s.chunkRows = defaultChunk(l.spec.Capacity)
+	if o.chunk > 0 {
+		s.chunkRows = min(o.chunk, maxChunk, l.spec.Capacity)
+	}
+	s.chunk = make([]uint32, 0, s.chunkRows)
 	s.free = newFreeQueue((*atomic.Uint64)(unsafe.Add(base, offFreeHead)), (*atomic.Uint64)(unsafe.Add(base, offFreeTail)),
 		unsafe.Add(base, l.freeOff), l.freeCells)
 	s.log = newCommitLog((*atomic.Uint64)(unsafe.Add(base, offLogTail)), unsafe.Add(base, l.logOff), l.logCells)
@@ -374,7 +403,7 @@ func (s *Shard) Close() error {
 	for i := range s.cap {
 		r := s.row(i)
 		x := r.state.Load()
-		if p := phaseOf(x); (p == phaseWriting || p == phaseCommitting) && slotOf(x) == s.slot {
+		if p := phaseOf(x); (p == phaseWriting || p == phaseCommitting || isReserved(x)) && slotOf(x) == s.slot {
 			if r.state.CompareAndSwap(x, freeWord(genOf(x))) {
 				s.free.push(i)
 			}
@@ -431,7 +460,8 @@ func (s *Shard) Removals() uint64 {
 
 // Stats counts the rows in each state (by a scan of the status table).
 type Stats struct {
-	Free      int    // free rows
+	Free      int    // free rows (Reserved included)
+	Reserved  int    // free rows in writers' chunks
 	Writing   int    // allocated, not yet committed
 	Committed int    // selectable
 	Pinned    int    // committed rows with at least one View
@@ -448,6 +478,9 @@ func (s *Shard) Stats() Stats {
 		switch phaseOf(x) {
 		case phaseFree:
 			st.Free++
+			if isReserved(x) {
+				st.Reserved++
+			}
 		case phaseWriting, phaseCommitting:
 			st.Writing++
 		case phaseCommitted:

@@ -10,7 +10,8 @@ import (
 //
 //	bits 0-1   phase: free, writing, committing, committed
 //	bit  2     doomed: released while pinned; freed by the last unpin
-//	bits 3-12  writer slot (writing and committing only)
+//	           (committed); reserved: in the chunk of the writer in bits 3-12 (free)
+//	bits 3-12  writer slot (reserved, writing and committing only)
 //	bits 13-28 pins (committed only)
 //	bits 29-63 generation, incremented by every allocation of the row
 const (
@@ -20,14 +21,15 @@ const (
 	phaseCommitted  = 3
 	phaseMask       = 3
 
-	doomedBit = 1 << 2
-	slotShift = 3
-	slotMask  = (maxSlots - 1) << slotShift
-	pinShift  = 13
-	pinOne    = 1 << pinShift
-	maxPins   = 1<<16 - 1
-	pinMask   = maxPins << pinShift
-	genShift  = 29
+	doomedBit   = 1 << 2
+	reservedBit = doomedBit // in phase free: the row is in a writer's chunk
+	slotShift   = 3
+	slotMask    = (maxSlots - 1) << slotShift
+	pinShift    = 13
+	pinOne      = 1 << pinShift
+	maxPins     = 1<<16 - 1
+	pinMask     = maxPins << pinShift
+	genShift    = 29
 )
 
 func phaseOf(x uint64) uint64 { return x & phaseMask }
@@ -39,6 +41,13 @@ func freeWord(gen uint64) uint64 { return gen << genShift }
 func writingWord(gen uint64, slot int) uint64 {
 	return gen<<genShift | uint64(slot)<<slotShift | phaseWriting
 }
+func reservedWord(gen uint64, slot int) uint64 {
+	return gen<<genShift | uint64(slot)<<slotShift | reservedBit
+}
+
+// isReserved reports whether x is a free row held in a writer's chunk.
+func isReserved(x uint64) bool { return phaseOf(x) == phaseFree && x&reservedBit != 0 }
+
 func committingWord(w uint64) uint64 { return w&^phaseMask | phaseCommitting }
 func committedWord(gen uint64) uint64 {
 	return gen<<genShift | phaseCommitted

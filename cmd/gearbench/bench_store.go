@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,15 +28,22 @@ import (
 //	memcpy      single-thread copy of one item (Go's copy) into a region the size of
 //	            the shard's column table, round-robin: the bandwidth an insert's
 //	            write can at best reach.
-//	insert      items/s and bytes/s of Allocate, copy, Commit, by 1 and 2 writer
+//	insert      items/s and bytes/s of Allocate, copy, Commit, by 1, 2 and 4 writer
 //	            processes (this binary re-executed as "gearbench store
 //	            --writer-child", attached by name) into a full FIFO shard, so that
-//	            every insert also evicts.
+//	            every insert also evicts; and the ratio to 1 writer.
+//	copy        the same processes copying items, with no Allocate or Commit, into
+//	            their shares of regions of their own as large as the shard's
+//	            table: how far the machine lets N processes scale at all.
 //	checkpoint  Checkpoint of a shard to a file in --dir (zstd, fastest level), and
 //	restore     Restore of that file into a new shard: shard bytes per second.
 //
 // Each figure is the median of --trials runs of --seconds each (the checkpoint and
-// restore: of --trials runs). Results are checked: every committed row carries its
+// restore: of --trials runs). The writer counts take turns within each trial, on
+// the same shard, and the writers of a run start at one moment and stop at
+// another, both given by the parent: the rate is the items all of them inserted
+// in that common interval, divided by its length. A ratio is the median of the
+// trials' ratios to the 1-writer run of the same trial. Results are checked: every committed row carries its
 // key in its first bytes and the rest of the writer's pattern, and a restored shard
 // has the same contents as the original.
 
@@ -43,7 +51,7 @@ func benchStore(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("store", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	sizesFlag := fs.String("sizes", "400,4K,64K,1M", "item (trajectory) sizes in bytes")
-	writersFlag := fs.String("writers", "1,2", "numbers of writer processes")
+	writersFlag := fs.String("writers", "1,2,4", "numbers of writer processes")
 	seconds := fs.Float64("seconds", 1, "length of one timed run")
 	trials := fs.Int("trials", 3, "timed runs per figure (the median is reported)")
 	footprint := fs.String("footprint", "64M", "shard size for the insert runs (capacity = footprint / item size)")
@@ -93,13 +101,19 @@ func benchStore(args []string, out io.Writer) error {
 		if err := e.emit(kv{"op", "memcpy"}, kv{"bytes", size}, kv{"bytes_per_s", bps}); err != nil {
 			return err
 		}
-		for _, w := range writers {
-			items, err := benchInsert(ctx, size, foot, w, run, *trials)
-			if err != nil {
-				return fmt.Errorf("insert %d bytes, %d writers: %w", size, w, err)
+		res, err := benchInsert(ctx, size, foot, writers, run, *trials)
+		if err != nil {
+			return fmt.Errorf("insert %d bytes: %w", size, err)
+		}
+		for _, r := range res {
+			if err := e.emit(kv{"op", "insert"}, kv{"bytes", size}, kv{"writers", r.writers},
+				kv{"items_per_s", r.items}, kv{"bytes_per_s", r.items * float64(size)}, kv{"vs_1_writer", r.ratio}); err != nil {
+				return err
 			}
-			if err := e.emit(kv{"op", "insert"}, kv{"bytes", size}, kv{"writers", w},
-				kv{"items_per_s", items}, kv{"bytes_per_s", items * float64(size)}); err != nil {
+		}
+		for _, r := range res {
+			if err := e.emit(kv{"op", "copy"}, kv{"bytes", size}, kv{"writers", r.writers},
+				kv{"items_per_s", r.copyItems}, kv{"vs_1_writer", r.copyRatio}); err != nil {
 				return err
 			}
 		}
@@ -149,17 +163,26 @@ func fillPattern(b []byte, seed uint64) {
 	}
 }
 
-// benchInsert runs writers child processes against a fresh full shard and returns
-// the median items per second.
-func benchInsert(ctx context.Context, size, footprint, writers int, run time.Duration, trials int) (float64, error) {
+// insertResult is the insert and copy rates of one writer count: medians over the
+// trials, and the medians of the trials' ratios to one writer.
+type insertResult struct {
+	writers              int
+	items, ratio         float64
+	copyItems, copyRatio float64
+}
+
+// benchInsert starts max(writers) child processes on a fresh shard, fills it, and
+// then, in each trial, runs every writer count in turn (the first that many
+// children), inserting and then copying. It returns one result per writer count.
+func benchInsert(ctx context.Context, size, footprint int, writers []int, run time.Duration, trials int) ([]insertResult, error) {
 	stride := align64(size)
 	capacity := max(footprint/stride, 64)
-	name := rank.SegmentName(rank.LocalJobID(), fmt.Sprintf("store.bench.%d.%d", size, writers))
+	name := rank.SegmentName(rank.LocalJobID(), fmt.Sprintf("store.bench.%d", size))
 	s, err := store.Create(name, store.Spec{Capacity: capacity, Columns: []store.Column{
 		{Name: "data", DType: store.Uint8, Shape: []int{size}, Length: 1},
 	}})
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer s.Close()
 
@@ -177,30 +200,31 @@ func benchInsert(ctx context.Context, size, footprint, writers int, run time.Dur
 			}
 		}
 	}()
-	for w := range writers {
+	for w := range slices.Max(writers) {
 		cmd := exec.CommandContext(ctx, os.Args[0], "store", "--writer-child", name, "--writer-id", strconv.Itoa(w+1))
 		cmd.Stderr = os.Stderr
 		in, err := cmd.StdinPipe()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		outp, err := cmd.StdoutPipe()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		if err := cmd.Start(); err != nil {
-			return 0, err
+			return nil, err
 		}
 		procs = append(procs, proc{cmd, in, bufio.NewReader(outp)})
 	}
-	ask := func(cmd string) ([]string, error) {
-		for _, p := range procs {
+	// ask sends cmd to the first n children and returns their replies.
+	ask := func(n int, cmd string) ([]string, error) {
+		for _, p := range procs[:n] {
 			if _, err := io.WriteString(p.in, cmd+"\n"); err != nil {
 				return nil, err
 			}
 		}
 		var replies []string
-		for _, p := range procs {
+		for _, p := range procs[:n] {
 			l, err := p.out.ReadString('\n')
 			if err != nil {
 				return nil, fmt.Errorf("writer process %d: %w", p.cmd.Process.Pid, err)
@@ -209,59 +233,105 @@ func benchInsert(ctx context.Context, size, footprint, writers int, run time.Dur
 		}
 		return replies, nil
 	}
-	if _, err := ask("ready?"); err != nil {
-		return 0, err
+	if _, err := ask(len(procs), "ready?"); err != nil {
+		return nil, err
 	}
 	// Fill the shard first: the timed runs insert into a full shard.
-	if _, err := ask(fmt.Sprintf("warm %d", capacity/writers+1)); err != nil {
-		return 0, err
+	if _, err := ask(len(procs), fmt.Sprintf("warm %d", capacity/len(procs)+1)); err != nil {
+		return nil, err
 	}
-	var rates []float64
-	for range trials {
-		replies, err := ask(fmt.Sprintf("run %d", run.Nanoseconds()))
+	// timed runs op ("run" or "copy") in the first n children from a common start
+	// to a common end, and returns the items per second of all of them together.
+	timed := func(op string, n int) (float64, error) {
+		start := time.Now().Add(20 * time.Millisecond)
+		replies, err := ask(n, fmt.Sprintf("%s %d %d %d", op, start.UnixNano(), start.Add(run).UnixNano(), n))
 		if err != nil {
 			return 0, err
 		}
-		rate := 0.0
+		total := 0
 		for _, r := range replies {
-			var n int
-			var secs float64
-			if _, err := fmt.Sscanf(r, "%d %g", &n, &secs); err != nil || secs <= 0 {
+			k, err := strconv.Atoi(r)
+			if err != nil || k <= 0 {
 				return 0, fmt.Errorf("writer process said %q", r)
 			}
-			rate += float64(n) / secs
+			total += k
 		}
-		rates = append(rates, rate)
+		return float64(total) / run.Seconds(), nil
 	}
-	if _, err := ask("quit"); err != nil {
-		return 0, err
+	rates := make([][]float64, len(writers))
+	ratios := make([][]float64, len(writers))
+	copies := make([][]float64, len(writers))
+	copyRatios := make([][]float64, len(writers))
+	for range trials {
+		var one, oneCopy float64
+		for k, w := range writers {
+			r, err := timed("run", w)
+			if err != nil {
+				return nil, err
+			}
+			c, err := timed("copy", w)
+			if err != nil {
+				return nil, err
+			}
+			if w == 1 {
+				one, oneCopy = r, c
+			}
+			rates[k] = append(rates[k], r)
+			copies[k] = append(copies[k], c)
+			if one > 0 {
+				ratios[k] = append(ratios[k], r/one)
+				copyRatios[k] = append(copyRatios[k], c/oneCopy)
+			}
+		}
 	}
+	if _, err := ask(len(procs), "quit"); err != nil {
+		return nil, err
+	}
+	for _, p := range procs {
+		if err := p.cmd.Wait(); err != nil {
+			return nil, fmt.Errorf("writer process %d: %w", p.cmd.Process.Pid, err)
+		}
+	}
+	nprocs := len(procs)
+	procs = nil
 	// Check every committed row: its key in front, the writer's pattern after it.
+	// The rows the writers had reserved and not used are free again.
 	pattern := make([]byte, size)
 	fillPattern(pattern, 1)
 	rows := 0
 	for st := range s.Rows() {
 		v, err := s.Read(st.Ref())
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		b := v.Block(0)
 		ok := binary.LittleEndian.Uint64(b) == st.Key && string(b[8:]) == string(pattern[8:])
 		v.Done()
 		if !ok {
-			return 0, fmt.Errorf("row %v holds a wrong payload", st.Ref())
+			return nil, fmt.Errorf("row %v holds a wrong payload", st.Ref())
 		}
 		rows++
 	}
-	if rows != capacity {
-		return 0, fmt.Errorf("%d rows committed after the runs, want %d", rows, capacity)
+	if st := s.Stats(); rows != st.Committed || st.Writing != 0 || st.Reserved != 0 || st.Committed+st.Free != capacity || st.Free > nprocs*s.Capacity()/512 {
+		return nil, fmt.Errorf("after the runs: %d rows read, %+v, capacity %d", rows, st, capacity)
 	}
-	return median(rates), nil
+	var res []insertResult
+	for k, w := range writers {
+		r := insertResult{writers: w, items: median(rates[k]), copyItems: median(copies[k])}
+		if len(ratios[k]) > 0 {
+			r.ratio, r.copyRatio = median(ratios[k]), median(copyRatios[k])
+		}
+		res = append(res, r)
+	}
+	return res, nil
 }
 
 // storeWriterChild is a writer process: it attaches to the shard and answers the
 // parent's commands on stdin, one line each: "ready?", "warm N" (insert N items),
-// "run NANOSECONDS" (insert for that long; reply "<items> <seconds>"), "quit".
+// "run START END N" (insert from START to END, unix nanoseconds, as one of N
+// writers; reply the number of items), "copy START END N" (copy items in the same
+// way into this process's 1/N of a region of the table's size, with no Allocate
+// or Commit), "quit".
 func storeWriterChild(name string, id int) error {
 	ctx := context.Background()
 	s, err := store.Attach(ctx, name)
@@ -286,6 +356,37 @@ func storeWriterChild(name string, id int) error {
 		_, err = p.CommitKey(key, 1)
 		return err
 	}
+	// The copy runs write into a region of this process's own (warm fills it),
+	// the writers' share of a table of the shard's size, round-robin.
+	stride := s.BlockStride(0)
+	var region []byte
+	rows, next := 1, 0
+	copyOne := func() error {
+		if next >= rows {
+			next = 0
+		}
+		copy(region[next*stride:next*stride+size], src)
+		next++
+		return nil
+	}
+	// timed runs f from start to end (unix nanoseconds) and returns how often.
+	timed := func(f func() error, start, end int64) (int, error) {
+		for time.Now().UnixNano() < start {
+			if d := time.Duration(start - time.Now().UnixNano()); d > time.Millisecond {
+				time.Sleep(d - time.Millisecond)
+			}
+		}
+		n := 0
+		for time.Now().UnixNano() < end {
+			for range 8 {
+				if err := f(); err != nil {
+					return n, err
+				}
+			}
+			n += 8
+		}
+		return n, nil
+	}
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		f := strings.Fields(in.Text())
@@ -296,6 +397,10 @@ func storeWriterChild(name string, id int) error {
 		case "ready?":
 			fmt.Println("ready")
 		case "warm":
+			region = make([]byte, len(s.ColumnTable(0)))
+			for i := range region {
+				region[i] = byte(i)
+			}
 			n, _ := strconv.Atoi(f[1])
 			for range n {
 				if err := insert(); err != nil {
@@ -303,23 +408,26 @@ func storeWriterChild(name string, id int) error {
 				}
 			}
 			fmt.Println("ok")
-		case "run":
-			ns, _ := strconv.ParseInt(f[1], 10, 64)
-			d := time.Duration(ns)
-			n := 0
-			start := time.Now()
-			for {
-				for range 128 {
-					if err := insert(); err != nil {
-						return err
-					}
-				}
-				n += 128
-				if time.Since(start) >= d {
-					break
-				}
+		case "run", "copy":
+			if len(f) != 4 {
+				return fmt.Errorf("command %q: want START END WRITERS", in.Text())
 			}
-			fmt.Printf("%d %g\n", n, time.Since(start).Seconds())
+			start, err1 := strconv.ParseInt(f[1], 10, 64)
+			end, err2 := strconv.ParseInt(f[2], 10, 64)
+			writers, err3 := strconv.Atoi(f[3])
+			if err := errors.Join(err1, err2, err3); err != nil || writers < 1 {
+				return fmt.Errorf("command %q: %v", in.Text(), err)
+			}
+			op := insert
+			if f[0] == "copy" {
+				op = copyOne
+				rows = max(len(region)/writers/stride, 1)
+			}
+			n, err := timed(op, start, end)
+			if err != nil {
+				return err
+			}
+			fmt.Println(n)
 		case "quit":
 			fmt.Println("bye")
 			return nil
