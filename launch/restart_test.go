@@ -249,3 +249,19 @@ func TestRemoveCheckpoints(t *testing.T) {
 		t.Fatalf("root after removal: %v", e)
 	}
 }
+
+// A job on hosts runs one generation: restarts asked of it are refused, not
+// ignored.
+func TestRunOnHostsRefusesRestarts(t *testing.T) {
+	p, err := NewPlan(Request{Groups: []Group{{NP: 2, Argv: []string{"true"}}}, MaxRestarts: 1, IsGoPackage: noGo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PlaceOnHosts([]Host{{"a", 1}, {"b", 1}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = RunOnHosts(context.Background(), p, Options{}, Remote{Gearrun: "gearrun"})
+	if err == nil || !strings.Contains(err.Error(), "max restarts 1") {
+		t.Fatalf("RunOnHosts with restarts: %v", err)
+	}
+}
