@@ -265,3 +265,84 @@ func TestRunOnHostsRefusesRestarts(t *testing.T) {
 		t.Fatalf("RunOnHosts with restarts: %v", err)
 	}
 }
+
+// Between generations the dead world's collective and role-channel segments
+// go, and every other segment of the job stays: generation 0 makes one of
+// each kind (and a new collective segment per generation, as a Comm does),
+// generation 1 lists what it finds, and nothing grows per generation.
+func TestRunRestartRemovesGenerationSegments(t *testing.T) {
+	const script = `cd "$SHM"
+g=$GEAR_RESTART_COUNT
+if [ "$GEAR_RANK" = 0 ]; then
+	echo "gen $g finds: $(ls | sort | tr '\n' ' ')"
+	: > "gear.$GEAR_JOB_ID.coll.world.r0.$g$g$g$g"
+	: > "gear.$GEAR_JOB_ID.roles.sample.replay.r0.ab$g"
+	: > "gear.$GEAR_JOB_ID.roles.param.policy.cd$g"
+	[ "$g" = 0 ] && : > "gear.$GEAR_JOB_ID.dqn.replay.0" && : > "gear.$GEAR_JOB_ID.store.0"
+	touch ready.$g
+else
+	while [ ! -e ready.$g ]; do sleep 0.01; done
+	rm ready.$g
+fi
+[ "$g" -lt 2 ] && [ "$GEAR_RANK" = 1 ] && kill -KILL $$
+[ "$g" -lt 2 ] && exec sleep 30
+exit 0`
+	shm := t.TempDir()
+	other := filepath.Join(shm, rank.SegmentName("other-job", "coll.world.r0.ffff"))
+	if err := os.WriteFile(other, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlan(Request{
+		Groups:      []Group{{NP: 2, Argv: []string{"sh", "-c", script}}},
+		JobID:       "job-gen",
+		Env:         []string{"SHM=" + shm},
+		MaxRestarts: 2, IsGoPackage: noGo,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errw geartest.Buffer
+	opts := testOptions(t, &out, &errw)
+	opts.ShmDir = shm
+	res, err := Run(context.Background(), p, opts)
+	if err != nil || res.Restarts != 2 {
+		t.Fatalf("err %v, result %+v\nstderr:\n%s", err, res, errw.String())
+	}
+	kept := "gear.job-gen.dqn.replay.0 gear.job-gen.store.0 gear.other-job.coll.world.r0.ffff "
+	for _, want := range []string{
+		"gen 0 finds: gear.other-job.coll.world.r0.ffff \n",
+		"gen 1 finds: " + kept + "\n",
+		"gen 2 finds: " + kept + "\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out.String())
+		}
+	}
+	if e, _ := os.ReadDir(shm); len(e) != 1 || e[0].Name() != filepath.Base(other) {
+		t.Errorf("after the job: %v; want only the other job's segment", e)
+	}
+}
+
+func TestRemoveGenerationSegments(t *testing.T) {
+	shm := t.TempDir()
+	names := []string{"gear.j1.coll.world.r0.0a0b", "gear.j1.coll.sub.r3.ffee", "gear.j1.roles.infer.pi.r2.1234",
+		"gear.j1.dqn.replay.0", "gear.j1.store.0", "gear.j1.collector.0", "gear.j10.coll.world.r0.0a0b", "gear.j2.roles.param.x.00"}
+	for _, n := range names {
+		if err := os.WriteFile(filepath.Join(shm, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := RemoveGenerationSegments(shm, "j1")
+	want := []string{"gear.j1.coll.sub.r3.ffee", "gear.j1.coll.world.r0.0a0b", "gear.j1.roles.infer.pi.r2.1234"}
+	if err != nil || strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("RemoveGenerationSegments = %v, %v; want %v", got, err, want)
+	}
+	var left []string
+	e, _ := os.ReadDir(shm)
+	for _, x := range e {
+		left = append(left, x.Name())
+	}
+	if w := "gear.j1.collector.0 gear.j1.dqn.replay.0 gear.j1.store.0 gear.j10.coll.world.r0.0a0b gear.j2.roles.param.x.00"; strings.Join(left, " ") != w {
+		t.Fatalf("left %v, want %s", left, w)
+	}
+}

@@ -324,6 +324,7 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 		if !j.restarting || !j.mayRestart(ctx) {
 			break
 		}
+		j.dropGeneration()
 		j.res.Restarts++
 	}
 
@@ -389,6 +390,18 @@ func (j *job) startCoordinator() error {
 	j.res.RdzvAddr = coord.Addr()
 	j.log.Debug("launch: coordinator listening", "job", p.JobID, "generation", p.Restart, "rdzv", coord.Addr(), "ranks", len(p.Ranks))
 	return nil
+}
+
+// dropGeneration removes the segments of the world that just ended that no
+// later generation uses (RemoveGenerationSegments): its collectives' and
+// role channels'. Every rank and what was left in their process groups has
+// been killed by now.
+func (j *job) dropGeneration() {
+	removed, err := RemoveGenerationSegments(j.opts.ShmDir, j.plan.JobID)
+	j.log.Debug("launch: removed the segments of the last generation", "generation", j.plan.Restart, "segments", len(removed))
+	if err != nil {
+		j.log.Warn("launch: removing the segments of the last generation", "err", err)
+	}
 }
 
 // mayRestart reports whether the world that just failed is started again: a
