@@ -38,9 +38,11 @@ func (s *Spec) Request(specPath string, opts ...PlanOption) (launch.Request, err
 		o(&cfg)
 	}
 	req := launch.Request{
-		RdzvTimeout: s.Launch.RdzvTimeout.D(),
-		Env:         envList(s.Launch.Env),
-		NoTorchEnv:  !s.Launch.TorchEnvOn(),
+		RdzvTimeout:   s.Launch.RdzvTimeout.D(),
+		Env:           envList(s.Launch.Env),
+		NoTorchEnv:    !s.Launch.TorchEnvOn(),
+		MaxRestarts:   s.Launch.Restarts,
+		CheckpointDir: s.Launch.CheckpointDir,
 	}
 	if specPath != "" {
 		abs, err := filepath.Abs(specPath)
@@ -147,6 +149,9 @@ func (s *Spec) Plan(specPath string, opts ...PlanOption) (*launch.Plan, error) {
 	p, err := launch.NewPlan(req)
 	if err != nil {
 		return nil, fmt.Errorf("jobs: %w", err)
+	}
+	if p.CheckpointDir == "" && p.MaxRestarts > 0 {
+		p.CheckpointDir = launch.CheckpointDir("", p.JobID)
 	}
 	return p, nil
 }

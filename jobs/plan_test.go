@@ -187,3 +187,28 @@ func TestTaskBinding(t *testing.T) {
 		t.Errorf("binding past the allocation: %v", err)
 	}
 }
+
+// [launch].restarts and checkpoint_dir reach the plan; with restarts and no
+// checkpoint_dir the job gets a directory of its own under the state dir.
+func TestPlanRestartsAndCheckpoints(t *testing.T) {
+	state := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", state)
+	p, err := parseSpec(t, "[launch]\nnp = 2\nrestarts = 2\ncommand = [\"x\"]\n").Plan("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := state + "/gear/checkpoints/" + p.JobID; p.MaxRestarts != 2 || p.CheckpointDir != want {
+		t.Fatalf("plan: %d restarts, checkpoints %q; want 2 and %q", p.MaxRestarts, p.CheckpointDir, want)
+	}
+	p, err = parseSpec(t, "[launch]\nnp = 1\ncheckpoint_dir = \"ck\"\ncommand = [\"x\"]\n").Plan("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MaxRestarts != 0 || p.CheckpointDir != "ck" {
+		t.Fatalf("plan: %d restarts, checkpoints %q; want 0 and ck", p.MaxRestarts, p.CheckpointDir)
+	}
+	p, err = parseSpec(t, "[launch]\nnp = 1\ncommand = [\"x\"]\n").Plan("")
+	if err != nil || p.CheckpointDir != "" {
+		t.Fatalf("plan without restarts: checkpoints %q, %v; want none", p.CheckpointDir, err)
+	}
+}

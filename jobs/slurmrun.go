@@ -103,7 +103,6 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		return nil, err
 	}
 	defer cleanup()
-	world := s.WorldSize()
 	port := s.Slurm.RdzvPort
 	if port == 0 {
 		port = RendezvousPort(slurmID)
@@ -113,40 +112,6 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	if listen == "" {
 		listen = net.JoinHostPort("", strconv.Itoa(port))
 	}
-	w := newStepWatch()
-	cfg := rank.CoordinatorConfig{
-		Addr:    listen,
-		JobID:   jobID,
-		Token:   token,
-		Size:    world,
-		Timeout: s.Launch.RdzvTimeout.D(),
-		Logger:  logger,
-		OnFail: func(err error) {
-			fmt.Fprintf(stderr, "gearrun: rendezvous failed: %v\n", err)
-			w.note(fmt.Sprintf("rendezvous failed: %v", err))
-		},
-		OnLost: func(r int, reason string) {
-			who := fmt.Sprintf("rank %d", r)
-			if node := nodeOfRank(hosts, getenv(rank.EnvSlurmTasksPerNode), r); node != "" {
-				who += " on " + node
-			}
-			fmt.Fprintf(stderr, "gearrun: lost %s: %s\n", who, reason)
-			w.note(fmt.Sprintf("lost %s: %s", who, reason))
-		},
-	}
-	coord, err := rank.NewCoordinator(cfg)
-	if err != nil && sr.ListenAddr == "" && s.Slurm.RdzvPort == 0 {
-		// The derived port is taken (another job whose ID ends alike, or another
-		// service): any port will do, since the ranks are told the address.
-		fmt.Fprintf(stderr, "gearrun: rendezvous port %d is taken (%v); using a free port\n", port, err)
-		cfg.Addr = ":0"
-		coord, err = rank.NewCoordinator(cfg)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("jobs: run --slurm: %w", err)
-	}
-	defer coord.Close()
-	_, gotPort, _ := net.SplitHostPort(coord.Addr())
 	nodeAddr := sr.NodeAddr
 	if nodeAddr == nil {
 		nodeAddr = SlurmNodeAddr
@@ -154,15 +119,117 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	// A node's name need not resolve (nodes named apart from their hosts, as
 	// in scripts/slurm-local.sh up --nodes N): the ranks dial its address.
 	firstAddr := nodeAddr(ctx, hosts[0])
-	rdzv := net.JoinHostPort(firstAddr, gotPort)
+	ckpt := s.Launch.CheckpointDir
+	if ckpt == "" && s.Launch.Restarts > 0 {
+		ckpt = launch.CheckpointDir("", jobID)
+	}
+	if ckpt != "" {
+		if err := os.MkdirAll(ckpt, 0o700); err != nil {
+			return nil, fmt.Errorf("jobs: run --slurm: launch.checkpoint_dir: %w", err)
+		}
+	}
+	runCtx := ctx
+	if t := s.Launch.Timeout.D(); t > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	var res *Result
+	for gen := 0; ; gen++ {
+		g := slurmGeneration{sr: sr, s: s, gen: gen, jobID: jobID, token: token, slurmID: slurmID,
+			hosts: hosts, firstAddr: firstAddr, specPath: specPath, ckpt: ckpt,
+			getenv: getenv, logger: logger, stdout: stdout, stderr: stderr}
+		var err error
+		res, listen, err = g.run(ctx, runCtx, listen, port)
+		if err != nil {
+			return nil, err
+		}
+		if res.ExitCode == 0 || !g.restartable || gen >= s.Launch.Restarts || ctx.Err() != nil || runCtx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(stderr, "gearrun: restart %d of %d: %s\n", gen+1, s.Launch.Restarts, g.cause)
+	}
+	fmt.Fprintf(stderr, "gearrun: %s\n", res.Message)
+	if sr.JobDir != "" {
+		if err := WriteResult(sr.JobDir, res); err != nil {
+			fmt.Fprintf(stderr, "gearrun: %v\n", err)
+		}
+	}
+	return res, nil
+}
+
+// slurmGeneration is one world of a job under SLURM: one coordinator of its
+// generation and one srun step.
+type slurmGeneration struct {
+	sr                        *SlurmRun
+	s                         *Spec
+	gen                       int
+	jobID, token, slurmID     string
+	hosts                     []string
+	firstAddr, specPath, ckpt string
+	getenv                    func(string) string
+	logger                    *slog.Logger
+	stdout, stderr            io.Writer
+	restartable               bool   // a rank failed: the world may start again
+	cause                     string // the failure, for the restart line
+}
+
+// run runs the generation's step: its coordinator listens on listen (the
+// first generation's address for later ones, so that a straggler of an
+// older world reaches the coordinator that refuses it by name), and returns
+// the result and that address.
+func (g *slurmGeneration) run(ctx, runCtx context.Context, listen string, port int) (*Result, string, error) {
+	sr, s, stderr := g.sr, g.s, g.stderr
+	world := s.WorldSize()
+	w := newStepWatch()
+	var rdzvFailed atomic.Bool
+	cfg := rank.CoordinatorConfig{
+		Addr:       listen,
+		JobID:      g.jobID,
+		Token:      g.token,
+		Size:       world,
+		Generation: g.gen,
+		Timeout:    s.Launch.RdzvTimeout.D(),
+		Logger:     g.logger,
+		OnFail: func(err error) {
+			fmt.Fprintf(stderr, "gearrun: rendezvous failed: %v\n", err)
+			w.note(fmt.Sprintf("rendezvous failed: %v", err))
+			rdzvFailed.Store(true)
+		},
+		OnLost: func(r int, reason string) {
+			who := fmt.Sprintf("rank %d", r)
+			if node := nodeOfRank(g.hosts, g.getenv(rank.EnvSlurmTasksPerNode), r); node != "" {
+				who += " on " + node
+			}
+			fmt.Fprintf(stderr, "gearrun: lost %s: %s\n", who, reason)
+			w.note(fmt.Sprintf("lost %s: %s", who, reason))
+		},
+	}
+	coord, err := rank.NewCoordinator(cfg)
+	if err != nil && g.gen == 0 && sr.ListenAddr == "" && s.Slurm.RdzvPort == 0 {
+		// The derived port is taken (another job whose ID ends alike, or another
+		// service): any port will do, since the ranks are told the address.
+		fmt.Fprintf(stderr, "gearrun: rendezvous port %d is taken (%v); using a free port\n", port, err)
+		cfg.Addr = ":0"
+		coord, err = rank.NewCoordinator(cfg)
+	}
+	if err != nil {
+		return nil, listen, fmt.Errorf("jobs: run --slurm: %w", err)
+	}
+	defer coord.Close()
+	_, gotPort, _ := net.SplitHostPort(coord.Addr())
+	if host, _, err := net.SplitHostPort(cfg.Addr); err == nil {
+		listen = net.JoinHostPort(host, gotPort)
+	}
+	rdzv := net.JoinHostPort(g.firstAddr, gotPort)
 
 	if sr.JobDir != "" {
-		// A requeued job runs again in the same directory: forget the last run's
-		// failed ranks.
+		// A requeued job, or the next generation, runs again in the same
+		// directory: forget the last run's failed ranks.
 		ranks := filepath.Join(sr.JobDir, RanksDir)
 		os.RemoveAll(ranks)
 		if err := os.MkdirAll(ranks, 0o700); err != nil {
-			return nil, fmt.Errorf("jobs: run --slurm: %w", err)
+			return nil, listen, fmt.Errorf("jobs: run --slurm: %w", err)
 		}
 	}
 	taskArgs := sr.TaskArgs
@@ -186,21 +253,19 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	if sr.JobDir != "" {
 		args = append(args, "--job-dir", sr.JobDir)
 	}
-	args = append(args, specPath)
+	args = append(args, g.specPath)
 
-	runCtx := ctx
-	if t := s.Launch.Timeout.D(); t > 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
-	}
 	cmd := exec.CommandContext(runCtx, srun, args...)
 	cmd.Env = append(os.Environ(),
-		rank.EnvJobID+"="+jobID,
-		rank.EnvJobToken+"="+token,
+		rank.EnvJobID+"="+g.jobID,
+		rank.EnvJobToken+"="+g.token,
 		rank.EnvRdzvAddr+"="+rdzv,
-		rank.EnvJobSpec+"="+specPath,
+		rank.EnvJobSpec+"="+g.specPath,
+		rank.EnvRestartCount+"="+strconv.Itoa(g.gen),
 	)
+	if g.ckpt != "" {
+		cmd.Env = append(cmd.Env, rank.EnvCheckpointDir+"="+g.ckpt)
+	}
 	if s.Launch.TorchEnvOn() {
 		// Rank 0 runs on this node (the first of the allocation: srun places
 		// tasks in blocks), so its TCPStore port is reserved here, on every
@@ -208,17 +273,21 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		// address from srun's environment (SlurmTask).
 		port, release, err := rank.ReservePort("")
 		if err != nil {
-			return nil, fmt.Errorf("jobs: run --slurm: %w", err)
+			return nil, listen, fmt.Errorf("jobs: run --slurm: %w", err)
 		}
 		release()
-		cmd.Env = append(cmd.Env, rank.EnvTorchMasterAddr+"="+firstAddr, rank.EnvTorchMasterPort+"="+strconv.Itoa(port))
+		cmd.Env = append(cmd.Env, rank.EnvTorchMasterAddr+"="+g.firstAddr, rank.EnvTorchMasterPort+"="+strconv.Itoa(port))
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Stdout, cmd.Stderr = g.stdout, stderr
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = s.Launch.Grace.D()
 
-	fmt.Fprintf(stderr, "gearrun: job %s (%s, SLURM job %s): %d ranks on %s, rendezvous at %s\n",
-		s.Name, jobID, slurmID, world, strings.Join(hosts, ","), rdzv)
+	gen := ""
+	if g.gen > 0 {
+		gen = fmt.Sprintf(", generation %d", g.gen)
+	}
+	fmt.Fprintf(stderr, "gearrun: job %s (%s, SLURM job %s%s): %d ranks on %s, rendezvous at %s\n",
+		s.Name, g.jobID, g.slurmID, gen, world, strings.Join(g.hosts, ","), rdzv)
 	runErr := cmd.Start()
 	if runErr == nil {
 		stopped := w.watch(cmd.Process, s.Launch.Grace.D(), stderr)
@@ -248,6 +317,7 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 			res.ExitCode = firstFailure(res.FailedRanks).Status
 		}
 		res.Message = fmt.Sprintf("job %s failed: %s", s.Name, stuck.lost)
+		g.restartable, g.cause = !rdzvFailed.Load(), stuck.lost
 	default:
 		res.ExitCode = 1
 		var exit *exec.ExitError
@@ -260,17 +330,12 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 			first := firstFailure(res.FailedRanks)
 			res.ExitCode = first.Status
 			res.Message = fmt.Sprintf("job %s failed: %s", s.Name, first)
+			g.restartable, g.cause = !rdzvFailed.Load() && first.Status != 127, first.String()
 		} else {
 			res.Message = fmt.Sprintf("job %s failed: srun: %v", s.Name, runErr)
 		}
 	}
-	fmt.Fprintf(stderr, "gearrun: %s\n", res.Message)
-	if sr.JobDir != "" {
-		if err := WriteResult(sr.JobDir, res); err != nil {
-			fmt.Fprintf(stderr, "gearrun: %v\n", err)
-		}
-	}
-	return res, nil
+	return res, listen, nil
 }
 
 // stepWatch ends an srun step that outlives the world: once the coordinator
@@ -767,7 +832,9 @@ func taskTorchEnv(info rank.Info, s *Spec, lookup func(string) (string, bool)) (
 		return rank.TorchEnv{}, fmt.Errorf("%s and %s are not set; gearrun run --slurm sets them for [launch] torch_env", rank.EnvTorchMasterAddr, rank.EnvTorchMasterPort)
 	}
 	ro, _, _ := s.RoleOf(info.Rank)
-	return rank.TorchEnvOf(info, ro.NP, net.JoinHostPort(addr, port))
+	t, err := rank.TorchEnvOf(info, ro.NP, net.JoinHostPort(addr, port))
+	t.RestartCount, t.MaxRestarts = info.Restart, s.Launch.Restarts
+	return t, err
 }
 
 // inEnv reports whether env ("NAME=value" entries) sets name.

@@ -502,3 +502,39 @@ command = ["sh", "-c", "echo out $GEAR_RANK; echo err $GEAR_RANK >&2"]
 		t.Errorf("output went to the task's streams too: %q %q", stdout.String(), stderr.String())
 	}
 }
+
+// [launch].restarts under SLURM: rank 1 killed with SIGKILL in generations 0
+// and 1 makes two more srun steps, each a new generation of the job with the
+// same checkpoint directory; the third finishes and the job completes. One
+// more kill than restarts ends the job with the rank's 137.
+func TestSlurmRunRestarts(t *testing.T) {
+	for _, c := range []struct {
+		kills, code int
+	}{{2, 0}, {3, 137}} {
+		ckpt := filepath.Join(t.TempDir(), "ckpt")
+		res, out, errOut := runFakeSlurm(t, fmt.Sprintf(`
+name = "restarts"
+[launch]
+np = 2
+grace = "1s"
+restarts = 2
+checkpoint_dir = %q
+command = ["sh", "-c", "echo \"gen $GEAR_RESTART_COUNT torch $TORCHELASTIC_RESTART_COUNT/$TORCHELASTIC_MAX_RESTARTS ckpt $GEAR_CHECKPOINT_DIR\"; [ $GEAR_RANK = 1 ] && [ $GEAR_RESTART_COUNT -lt %d ] && kill -9 $$; exit 0"]
+`, ckpt, c.kills))
+		if res.ExitCode != c.code {
+			t.Fatalf("%d kills: exit %d (%s), want %d\nstdout:\n%s\nstderr:\n%s", c.kills, res.ExitCode, res.Message, c.code, out, errOut)
+		}
+		for g := range 3 {
+			if want := fmt.Sprintf("gen %d torch %d/2 ckpt %s", g, g, ckpt); strings.Count(out, want) != 2 {
+				t.Errorf("%d kills: %q not printed by both ranks:\n%s", c.kills, want, out)
+			}
+		}
+		lines := regexp.MustCompile(`(?m)^gearrun: restart (\d) of 2: rank 1 on fakenode was killed by signal killed$`).FindAllString(errOut, -1)
+		if len(lines) != 2 {
+			t.Errorf("%d kills: want 2 restart lines; stderr:\n%s", c.kills, errOut)
+		}
+		if strings.Contains(out, "gen 3") {
+			t.Errorf("%d kills: a fourth generation ran:\n%s", c.kills, out)
+		}
+	}
+}

@@ -49,6 +49,15 @@ type Launch struct {
 	RdzvTimeout Duration `toml:"rdzv_timeout,omitempty"`
 	// OutputDir, when set, receives one output file per rank.
 	OutputDir string `toml:"output_dir,omitempty"`
+	// Restarts is how many times a failed world is stopped and started again
+	// (gearrun's --max-restarts, torchrun's --max-restarts); 0, the default,
+	// means none. Each new world is a new generation of the same job.
+	Restarts int `toml:"restarts,omitempty"`
+	// CheckpointDir is the job's checkpoint directory (GEAR_CHECKPOINT_DIR),
+	// the same for every generation and kept after the job; relative to the
+	// directory gearrun runs in. Empty with restarts: a directory of the job
+	// under launch.CheckpointRoot(); empty without: none.
+	CheckpointDir string `toml:"checkpoint_dir,omitempty"`
 	// TorchEnv gives every rank torchrun's variables (RANK, WORLD_SIZE,
 	// LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...; see rank.TorchEnv) beside
 	// gear's; nil means true. false turns them off.

@@ -64,7 +64,7 @@ var reservedEnv = []string{
 	rank.EnvRank, rank.EnvWorldSize, rank.EnvLocalRank, rank.EnvLocalSize,
 	rank.EnvNodeRank, rank.EnvNumNodes, rank.EnvRole, rank.EnvRoleRank,
 	rank.EnvRdzvAddr, rank.EnvJobID, rank.EnvJobToken, rank.EnvJobSpec,
-	rank.EnvCUDAVisibleDevices,
+	rank.EnvCUDAVisibleDevices, rank.EnvRestartCount, rank.EnvCheckpointDir,
 }
 
 func (v *validator) spec(s *Spec) {
@@ -123,6 +123,12 @@ func (v *validator) launch(l *Launch, mpmd bool, world int) {
 		v.add("launch.grace", "must not be negative, got %s", l.Grace)
 	} else if l.Grace == 0 {
 		v.add("launch.grace", "must be positive, got %s (leave it out for the default, %s)", l.Grace, DefaultGrace)
+	}
+	if l.Restarts < 0 {
+		v.add("launch.restarts", "must not be negative, got %d (0 means none)", l.Restarts)
+	}
+	if strings.ContainsAny(l.CheckpointDir, "\x00\n") {
+		v.add("launch.checkpoint_dir", "must not contain NUL or newline")
 	}
 	if l.RdzvTimeout < 0 {
 		v.add("launch.rdzv_timeout", "must not be negative, got %s", l.RdzvTimeout)

@@ -40,6 +40,42 @@ func RemoveJobSegments(shmDir, jobID string) ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
+// GenerationSegments are the kinds of a job's segments that belong to one
+// generation of its world: the collectives' ("coll.<comm>.r<rank>.<nonce>",
+// see collective.Comm) and the roles' channels ("roles.<kind>.<name>...
+// <nonce>"). Their names carry random nonces, so a new generation never
+// re-attaches to them: it makes its own. Every other segment of the job (a
+// store shard, "gear.<job>.dqn.replay.0") outlives a restart.
+var GenerationSegments = []string{"coll.", "roles."}
+
+// RemoveGenerationSegments removes the segments of job jobID in shmDir ("":
+// /dev/shm) that belong to a generation of its world (GenerationSegments)
+// and returns their names; the job's other segments are kept. A launcher
+// calls it between generations, once every rank of the old one has ended,
+// so that the job's memory does not grow with each restart.
+func RemoveGenerationSegments(shmDir, jobID string) ([]string, error) {
+	if shmDir == "" {
+		shmDir = "/dev/shm"
+	}
+	var removed []string
+	var errs []error
+	for _, kind := range GenerationSegments {
+		names, err := filepath.Glob(filepath.Join(shmDir, rank.SegmentName(jobID, kind+"*")))
+		if err != nil {
+			return removed, fmt.Errorf("launch: segments of job %s: %w", jobID, err)
+		}
+		for _, path := range names {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+				continue
+			}
+			removed = append(removed, filepath.Base(path))
+		}
+	}
+	sort.Strings(removed)
+	return removed, errors.Join(errs...)
+}
+
 // CleanOptions says where Clean looks.
 type CleanOptions struct {
 	ShmDir     string // "" means /dev/shm

@@ -32,6 +32,12 @@ func (p *Plan) WriteText(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "torch env: %s=%s %s=%s\n", rank.EnvTorchMasterAddr, p.MasterAddr, rank.EnvTorchMasterPort, port)
 	}
+	if p.MaxRestarts > 0 {
+		fmt.Fprintf(&b, "restarts: at most %d after a rank fails\n", p.MaxRestarts)
+	}
+	if p.CheckpointDir != "" {
+		fmt.Fprintf(&b, "checkpoints %s\n", p.CheckpointDir)
+	}
 	if p.Dir != "" {
 		fmt.Fprintf(&b, "directory %s\n", p.Dir)
 	}

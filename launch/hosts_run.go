@@ -55,6 +55,11 @@ func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result
 	if rem.Gearrun == "" {
 		return nil, errors.New("launch: no gearrun command for the hosts")
 	}
+	if p.MaxRestarts > 0 {
+		// Refused rather than ignored: a job that asked for restarts must not
+		// end at its first failure believing it had them.
+		return nil, fmt.Errorf("launch: max restarts %d: a job on hosts (-H, --hostfile) runs one generation; restarts are for jobs on this machine and under SLURM", p.MaxRestarts)
+	}
 	j, err := newJob(p, opts)
 	if err != nil {
 		return nil, err

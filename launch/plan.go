@@ -46,6 +46,10 @@ type Request struct {
 	// IsGoPackage reports whether a program names a Go package directory that Run
 	// must build first; nil means: a directory holding .go files.
 	IsGoPackage func(program string) bool
+	// MaxRestarts is Plan.MaxRestarts; negative is an error.
+	MaxRestarts int
+	// CheckpointDir is Plan.CheckpointDir.
+	CheckpointDir string
 	// NoTorchEnv leaves out torchrun's variables (RANK, WORLD_SIZE,
 	// MASTER_ADDR, ...; see rank.TorchEnv), which every rank gets otherwise.
 	NoTorchEnv bool
@@ -134,8 +138,19 @@ type Plan struct {
 	MasterPort int    `json:"master_port,omitempty"`
 	Dir        string `json:"dir,omitempty"`
 	// Env holds the additions every rank gets (after the contract variables).
-	Env   []string   `json:"env,omitempty"`
-	Roles []RoleSpec `json:"roles"`
+	Env []string `json:"env,omitempty"`
+	// MaxRestarts is how many times Run starts the world again after a rank
+	// failed (torchrun's --max-restarts): each new world is a new generation
+	// of the same job, told to its ranks as GEAR_RESTART_COUNT. 0: none.
+	MaxRestarts int `json:"max_restarts,omitempty"`
+	// CheckpointDir is the job's checkpoint directory (GEAR_CHECKPOINT_DIR),
+	// the same for every generation; Run creates it and never removes it.
+	// "": the ranks get none.
+	CheckpointDir string `json:"checkpoint_dir,omitempty"`
+	// Restart is the generation the plan describes: 0 for the job's first
+	// world, n after n restarts. Run sets it as it starts each world.
+	Restart int        `json:"restart,omitempty"`
+	Roles   []RoleSpec `json:"roles"`
 	// GPUPlans has one entry per group with a Bind request.
 	GPUPlans []GPUPlan  `json:"gpu_plans,omitempty"`
 	Ranks    []RankSpec `json:"ranks"`
@@ -221,6 +236,11 @@ func NewPlan(req Request) (*Plan, error) {
 	if p.RdzvAddr == "" {
 		p.RdzvAddr = "127.0.0.1:0"
 	}
+	if req.MaxRestarts < 0 {
+		return nil, fmt.Errorf("launch: max restarts %d: must not be negative (0 means none)", req.MaxRestarts)
+	}
+	p.MaxRestarts = req.MaxRestarts
+	p.CheckpointDir = req.CheckpointDir
 	if req.RdzvTimeout < 0 {
 		return nil, fmt.Errorf("launch: rendezvous timeout %v: must not be negative (0 means the default, %v)", req.RdzvTimeout, rank.DefaultRdzvTimeout)
 	}
@@ -417,6 +437,10 @@ func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	add(rank.EnvRdzvTimeout, time.Duration(p.RdzvTimeout).String())
 	add(rank.EnvJobID, p.JobID)
 	add(rank.EnvJobToken, p.Token)
+	add(rank.EnvRestartCount, strconv.Itoa(p.Restart))
+	if p.CheckpointDir != "" {
+		add(rank.EnvCheckpointDir, p.CheckpointDir)
+	}
 	if s.Host != "" {
 		add(rank.EnvNodeName, s.Host)
 	}
@@ -443,6 +467,7 @@ func (p *Plan) torchEnv(r int) rank.TorchEnv {
 		GroupRank: s.Node, GroupWorldSize: p.NumNodes,
 		RoleName: s.Role, RoleRank: s.RoleRank, RoleWorldSize: roleSize,
 		MasterAddr: p.MasterAddr, MasterPort: p.MasterPort,
+		RestartCount: p.Restart, MaxRestarts: p.MaxRestarts,
 		RunID: p.JobID,
 	}
 }
@@ -481,7 +506,8 @@ func (d Device) Environ() []string {
 // GMI layout).
 var contractVars = []string{rank.EnvRank, rank.EnvWorldSize, rank.EnvLocalRank, rank.EnvLocalSize,
 	rank.EnvNodeRank, rank.EnvNumNodes, rank.EnvRole, rank.EnvRoleRank, rank.EnvRdzvAddr,
-	rank.EnvRdzvTimeout, rank.EnvJobID, rank.EnvJobToken, rank.EnvGMILayout}
+	rank.EnvRdzvTimeout, rank.EnvJobID, rank.EnvJobToken, rank.EnvGMILayout,
+	rank.EnvRestartCount, rank.EnvCheckpointDir}
 
 // mergeEnv returns base without the contract variables and without also,
 // with add applied on top (later entries win).

@@ -106,6 +106,9 @@ type Result struct {
 	// ExitCode is the launcher's exit code: 0, the failed rank's code (128+signal
 	// for a signal), or one of the Exit* codes.
 	ExitCode int `json:"exit_code"`
+	// Restarts is how many times the world was started again after a rank
+	// failed (at most Plan.MaxRestarts); Ranks are the last world's.
+	Restarts int `json:"restarts,omitempty"`
 }
 
 // JobError is Run's error when the job did not succeed. Announced is set when
@@ -154,7 +157,9 @@ type job struct {
 	cause      string
 	code       int
 	announced  bool
+	restarting bool // the failure is a rank's, and restarts remain
 	terminated bool
+	timeout    <-chan time.Time // Options.Timeout, over every generation
 
 	pumps    sync.WaitGroup
 	readEnds []*os.File
@@ -210,15 +215,11 @@ func newJob(p *Plan, opts Options) (*job, error) {
 	n := len(p.Ranks)
 	p = p.copy() // Run fills in the master port
 	j := &job{
-		plan:     p,
-		opts:     opts,
-		res:      &Result{JobID: p.JobID, FailedRank: -1, Ranks: make([]RankResult, n)},
-		stdout:   &lineSink{w: opts.Stdout},
-		stderr:   &lineSink{w: opts.Stderr},
-		procs:    make([]*os.Process, n),
-		groups:   make([]int, n),
-		rdzvFail: make(chan error, 1),
-		exits:    make(chan exitEvent, n),
+		plan:   p,
+		opts:   opts,
+		res:    &Result{JobID: p.JobID, FailedRank: -1, Ranks: make([]RankResult, n)},
+		stdout: &lineSink{w: opts.Stdout},
+		stderr: &lineSink{w: opts.Stderr},
 	}
 	for i := range j.res.Ranks {
 		j.res.Ranks[i] = RankResult{Rank: i, Code: -1, Status: "not started"}
@@ -247,6 +248,9 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 	if err := CheckHost(p, *lim, j.opts.BaseEnv); err != nil {
 		return j.setupFailed(err)
 	}
+	// The lock is held, and the segments kept, across every generation of
+	// the job: a restarted rank re-attaches to what its predecessor left in
+	// shared memory. They go when the job ends for good.
 	lock, err := rank.LockJob(j.opts.RuntimeDir, p.JobID, true)
 	if err != nil {
 		return nil, fmt.Errorf("launch: %w", err)
@@ -269,52 +273,60 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 	if err != nil {
 		return j.setupFailed(err)
 	}
-
-	j.coord, err = rank.NewCoordinator(rank.CoordinatorConfig{
-		Addr: p.RdzvAddr, JobID: p.JobID, Token: p.Token, Size: len(p.Ranks),
-		Timeout: time.Duration(p.RdzvTimeout), Logger: j.log, ExitReports: true,
-		OnFail: func(err error) {
-			select {
-			case j.rdzvFail <- err:
-			default:
-			}
-		},
-	})
-	if err != nil {
-		return j.setupFailed(err)
+	if p.CheckpointDir != "" {
+		if err := os.MkdirAll(p.CheckpointDir, 0o700); err != nil {
+			return j.setupFailed(fmt.Errorf("launch: checkpoint directory: %w", err))
+		}
 	}
-	defer j.coord.Close()
-	j.res.RdzvAddr = j.coord.Addr()
-	j.log.Debug("launch: coordinator listening", "job", p.JobID, "rdzv", j.coord.Addr(), "ranks", len(p.Ranks))
-
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return j.setupFailed(err)
 	}
 	defer devNull.Close()
-
-	j.reaper = newReaper(j.exits)
-	defer j.reaper.close()
-	if p.TorchEnv && p.MasterPort == 0 {
-		// A port the kernel calls free now, given back at once so that rank 0
-		// can bind it: the window is the ranks' start, as under torchrun.
-		port, release, err := rank.ReservePort(p.MasterAddr)
-		if err != nil {
-			return j.setupFailed(err)
-		}
-		p.MasterPort = port
-		release()
+	if j.opts.Timeout > 0 {
+		t := time.NewTimer(j.opts.Timeout)
+		defer t.Stop()
+		j.timeout = t.C
 	}
-	if p.TorchEnv {
-		j.res.MasterAddr = net.JoinHostPort(p.MasterAddr, strconv.Itoa(p.MasterPort))
-	}
+	autoPort := p.TorchEnv && p.MasterPort == 0
 	j.guard = startGuard(j.opts.ShmDir, p.JobID, lock.Path(), j.log)
-	startErr := j.spawnAll(programs, devNull)
-	if startErr != nil {
-		j.fail(-1, startErr.Error(), exitCodeOf(startErr))
+	defer j.guard.done()
+	for gen := 0; ; gen++ {
+		j.newGeneration(gen)
+		if err := j.startCoordinator(); err != nil {
+			j.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
+			break
+		}
+		if autoPort {
+			// A port the kernel calls free now, given back at once so that rank 0
+			// can bind it: the window is the ranks' start, as under torchrun.
+			port, release, err := rank.ReservePort(p.MasterAddr)
+			if err != nil {
+				j.coord.Close()
+				j.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
+				break
+			}
+			p.MasterPort = port
+			release()
+		}
+		if p.TorchEnv {
+			j.res.MasterAddr = net.JoinHostPort(p.MasterAddr, strconv.Itoa(p.MasterPort))
+		}
+		j.reaper = newReaper(j.exits)
+		startErr := j.spawnAll(programs, devNull)
+		if startErr != nil {
+			j.fail(-1, startErr.Error(), exitCodeOf(startErr))
+		}
+		j.wait(ctx)
+		j.finish()
+		j.reaper.close()
+		j.coord.Close()
+		if !j.restarting || !j.mayRestart(ctx) {
+			break
+		}
+		j.dropGeneration()
+		j.res.Restarts++
 	}
-	j.wait(ctx)
-	j.finish()
 
 	res = j.res
 	if j.cause != "" {
@@ -322,6 +334,94 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 		return res, &JobError{Cause: j.cause, Code: j.code, Announced: j.announced}
 	}
 	return res, nil
+}
+
+// newGeneration resets what belongs to one world of the job: its processes,
+// their results, its failure.
+func (j *job) newGeneration(gen int) {
+	n := len(j.plan.Ranks)
+	j.plan.Restart = gen
+	j.procs = make([]*os.Process, n)
+	j.groups = make([]int, n)
+	j.res.Ranks = make([]RankResult, n)
+	for i := range j.res.Ranks {
+		j.res.Ranks[i] = RankResult{Rank: i, Code: -1, Status: "not started"}
+	}
+	j.res.FailedRank = -1
+	j.mu.Lock()
+	j.cause, j.code, j.announced, j.restarting = "", 0, false, false
+	j.mu.Unlock()
+	j.terminated = false
+	j.readEnds = nil
+	j.rdzvFail = make(chan error, 1)
+	j.exits = make(chan exitEvent, n)
+	j.settle, j.settleC = nil, nil
+}
+
+// startCoordinator starts the rendezvous of the current generation. Later
+// generations listen where the first did, so that a straggler of an older
+// one reaches the coordinator that refuses it by name.
+func (j *job) startCoordinator() error {
+	p := j.plan
+	cfg := rank.CoordinatorConfig{
+		Addr: p.RdzvAddr, JobID: p.JobID, Token: p.Token, Size: len(p.Ranks),
+		Generation: p.Restart,
+		Timeout:    time.Duration(p.RdzvTimeout), Logger: j.log, ExitReports: true,
+		OnFail: func(err error) {
+			select {
+			case j.rdzvFail <- err:
+			default:
+			}
+		},
+	}
+	if p.Restart > 0 && j.res.RdzvAddr != "" {
+		cfg.Addr = j.res.RdzvAddr
+	}
+	coord, err := rank.NewCoordinator(cfg)
+	if err != nil && cfg.Addr != p.RdzvAddr {
+		j.log.Debug("launch: the first generation's rendezvous address is taken; listening anew", "addr", cfg.Addr, "err", err)
+		cfg.Addr = p.RdzvAddr
+		coord, err = rank.NewCoordinator(cfg)
+	}
+	if err != nil {
+		return err
+	}
+	j.coord = coord
+	j.res.RdzvAddr = coord.Addr()
+	j.log.Debug("launch: coordinator listening", "job", p.JobID, "generation", p.Restart, "rdzv", coord.Addr(), "ranks", len(p.Ranks))
+	return nil
+}
+
+// dropGeneration removes the segments of the world that just ended that no
+// later generation uses (RemoveGenerationSegments): its collectives' and
+// role channels'. Every rank and what was left in their process groups has
+// been killed by now.
+func (j *job) dropGeneration() {
+	removed, err := RemoveGenerationSegments(j.opts.ShmDir, j.plan.JobID)
+	j.log.Debug("launch: removed the segments of the last generation", "generation", j.plan.Restart, "segments", len(removed))
+	if err != nil {
+		j.log.Warn("launch: removing the segments of the last generation", "err", err)
+	}
+}
+
+// mayRestart reports whether the world that just failed is started again: a
+// signal to the launcher, its timeout or a cancelled ctx that came meanwhile
+// end the job instead.
+func (j *job) mayRestart(ctx context.Context) bool {
+	select {
+	case sig := <-j.opts.Signals:
+		s, _ := sig.(syscall.Signal)
+		j.fail(-1, fmt.Sprintf("interrupted by %s", signalName(s)), 128+int(s))
+		return false
+	case <-j.timeout:
+		j.fail(-1, fmt.Sprintf("job timed out after %v", j.opts.Timeout), ExitTimeout)
+		return false
+	case <-ctx.Done():
+		j.fail(-1, fmt.Sprintf("job stopped: %v", context.Cause(ctx)), ExitLaunchFailed)
+		return false
+	default:
+		return true
+	}
 }
 
 // cleanStale removes what jobs that ended without cleaning up left behind (see
@@ -555,7 +655,11 @@ func (j *job) outputs(i int) (stdout, stderr *os.File, err error) {
 		}
 		open := func(stream string) (*os.File, error) {
 			name := filepath.Join(j.opts.OutputDir, fmt.Sprintf("rank.%d.%s", i, stream))
-			f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+			flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+			if j.plan.Restart > 0 {
+				flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND // a restarted rank goes on where its predecessor ended
+			}
+			f, err := os.OpenFile(name, flags, 0o644)
 			if err != nil {
 				return nil, fmt.Errorf("launch: output dir: %w", err)
 			}
@@ -606,12 +710,7 @@ func (j *job) wait(ctx context.Context) {
 			running++
 		}
 	}
-	var timeout <-chan time.Time
-	if j.opts.Timeout > 0 {
-		t := time.NewTimer(j.opts.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout := j.timeout
 	var grace <-chan time.Time
 	var graceTimer *time.Timer
 	startGrace := func() {
@@ -654,6 +753,7 @@ func (j *job) wait(ctx context.Context) {
 			j.signalAll(syscall.SIGTERM)
 			startGrace()
 		case <-timeout:
+			timeout = nil
 			j.fail(-1, fmt.Sprintf("job timed out after %v", j.opts.Timeout), ExitTimeout)
 			j.terminate(syscall.SIGTERM)
 			startGrace()
@@ -747,16 +847,24 @@ func (j *job) exited(ev exitEvent) {
 	j.fail(ev.rank, who+") "+rr.Status, rr.Code)
 }
 
-// fail records the job's first failure and prints it, once.
+// fail records the world's first failure and prints it, once. A rank's
+// failure (rank >= 0) while restarts remain is announced as the restart it
+// causes; the launcher's own failure (rank -1: a signal, the timeout, a world
+// that did not assemble) ends the job for good, even after such a failure.
 func (j *job) fail(rank int, cause string, code int) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.cause != "" {
+	if j.cause != "" && !(j.restarting && rank < 0) {
 		return
 	}
 	j.cause, j.code = cause, code
 	j.res.FailedRank = rank
 	j.announced = true
+	j.restarting = rank >= 0 && j.res.Restarts < j.plan.MaxRestarts
+	if j.restarting {
+		j.stderr.write([]byte(fmt.Sprintf("%s: restart %d of %d: %s\n", j.opts.Name, j.res.Restarts+1, j.plan.MaxRestarts, cause)))
+		return
+	}
 	j.stderr.write([]byte(j.opts.Name + ": " + cause + "\n"))
 }
 
@@ -770,8 +878,8 @@ func (j *job) signalAll(sig syscall.Signal) {
 	}
 }
 
-// finish kills what is left in the ranks' process groups, drains output for a
-// short while, and stops the guard.
+// finish kills what is left in the ranks' process groups of the current
+// generation and drains their output for a short while.
 func (j *job) finish() {
 	j.signalAll(syscall.SIGKILL)
 	drained := make(chan struct{})
@@ -791,7 +899,6 @@ func (j *job) finish() {
 	for _, r := range j.readEnds {
 		r.Close()
 	}
-	j.guard.done()
 }
 
 func signalName(s syscall.Signal) string {

@@ -22,6 +22,10 @@ type CoordinatorConfig struct {
 	JobID string
 	Token string
 	Size  int
+	// Generation is the world this coordinator assembles: 0 for a job's first,
+	// n after n restarts. A rank whose join names another generation (a
+	// straggler of a world the launcher already stopped) is refused by name.
+	Generation int
 	// Timeout bounds assembly, counted from the first rank's arrival; 0 means
 	// DefaultRdzvTimeout.
 	Timeout time.Duration
@@ -494,6 +498,8 @@ func (c *Coordinator) join(cc *coordConn, m joinMsg, nonce, clientNonce []byte, 
 	defer c.mu.Unlock()
 	var refusal string
 	switch {
+	case m.Generation != c.cfg.Generation:
+		refusal = fmt.Sprintf("rank %d of generation %d refused: the job is at generation %d", r, m.Generation, c.cfg.Generation)
 	case m.Size != c.cfg.Size:
 		refusal = fmt.Sprintf("rank %d says the world has %d ranks; it has %d", r, m.Size, c.cfg.Size)
 	case r < 0 || r >= c.cfg.Size:

@@ -293,6 +293,10 @@ type joinMsg struct {
 	JobID string
 	Peer  Peer
 	Size  int
+	// Generation is the world the rank belongs to (GEAR_RESTART_COUNT): the
+	// coordinator of a restarted job refuses the stragglers of an older one.
+	// It follows the peer; a join without it is of generation 0.
+	Generation int
 }
 
 func (m *joinMsg) encode() []byte {
@@ -300,6 +304,7 @@ func (m *joinMsg) encode() []byte {
 	e.str(m.JobID)
 	e.int(m.Size)
 	encodePeer(&e, &m.Peer)
+	e.int(m.Generation)
 	return e.b
 }
 
@@ -309,8 +314,14 @@ func decodeJoin(p []byte) (joinMsg, error) {
 	m.JobID = d.str(256)
 	m.Size = d.int(maxRanks)
 	m.Peer = decodePeer(&d)
+	if d.err == nil && len(d.b) > 0 {
+		m.Generation = d.int(maxGeneration)
+	}
 	return m, d.err
 }
+
+// maxGeneration bounds a join's generation on the wire.
+const maxGeneration = 1 << 30
 
 func encodePeer(e *enc, p *Peer) {
 	e.int(p.Rank)

@@ -8,7 +8,7 @@ import (
 )
 
 func TestJoinRoundTrip(t *testing.T) {
-	m := joinMsg{JobID: "j", Size: 9,
+	m := joinMsg{JobID: "j", Size: 9, Generation: 3,
 		Peer: Peer{Rank: 3, LocalRank: 1, LocalSize: 4, Node: 1, NumNodes: 2, Role: "actor",
 			RoleRank: 2, Host: "h/1", PID: 42, Endpoints: map[string]string{"tcp": "127.0.0.1:9", "shm": "gear.j.x"}}}
 	got, err := decodeJoin(m.encode())
@@ -17,6 +17,20 @@ func TestJoinRoundTrip(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, m) {
 		t.Fatalf("got %+v\nwant %+v", got, m)
+	}
+}
+
+// A join without a generation (encoded before restarts existed) is of
+// generation 0.
+func TestJoinWithoutGeneration(t *testing.T) {
+	m := joinMsg{JobID: "j", Size: 2, Peer: Peer{Rank: 1, Host: "h"}}
+	var e enc
+	e.str(m.JobID)
+	e.int(m.Size)
+	encodePeer(&e, &m.Peer)
+	got, err := decodeJoin(e.b)
+	if err != nil || got.Generation != 0 || got.Peer.Rank != 1 {
+		t.Fatalf("decodeJoin = %+v, %v; want rank 1 of generation 0", got, err)
 	}
 }
 

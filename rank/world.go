@@ -209,7 +209,7 @@ func Init(ctx context.Context, opts ...Option) (*World, error) {
 			}
 		}
 		c, err := NewCoordinator(CoordinatorConfig{Addr: addr, JobID: info.JobID, Token: info.Token,
-			Size: info.Size, Timeout: info.RdzvTimeout, Logger: log})
+			Size: info.Size, Generation: info.Restart, Timeout: info.RdzvTimeout, Logger: log})
 		if err != nil {
 			return nil, err
 		}
@@ -255,7 +255,7 @@ func (w *World) join(ctx context.Context, self Peer) ([]Peer, error) {
 	// first; this one only guards against a coordinator that never answers.
 	ctx, cancel := context.WithTimeout(ctx, info.RdzvTimeout+5*time.Second)
 	defer cancel()
-	m := joinMsg{JobID: info.JobID, Peer: self, Size: info.Size}
+	m := joinMsg{JobID: info.JobID, Peer: self, Size: info.Size, Generation: info.Restart}
 	joinFrame := m.encode()
 	if len(joinFrame)+1 > maxJoinFrame {
 		return nil, fmt.Errorf("rank: rendezvous: this rank's facts take %d bytes, over the limit of %d (are its endpoints small?)", len(joinFrame)+1, maxJoinFrame)

@@ -412,6 +412,34 @@ func TestRefusesDuplicateAndOutOfRange(t *testing.T) {
 	}
 }
 
+// A straggler of an older generation (a rank the launcher meant to stop
+// before it restarted the world) is refused by name, the refusal is logged at
+// Warn, and the world of the current generation still assembles.
+func TestRefusesRankOfOlderGeneration(t *testing.T) {
+	var logs geartest.Buffer
+	c := newCoord(t, 2, func(cfg *CoordinatorConfig) {
+		cfg.Generation = 1
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	info := testInfo(c, 1, 2, "secret")
+	info.Restart = 0
+	_, err := Init(context.Background(), WithInfo(info), WithHostID("h"))
+	const want = "rank 1 of generation 0 refused: the job is at generation 1"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("rank of generation 0 at a coordinator of generation 1: %v, want %q", err, want)
+	}
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), want) {
+		t.Fatalf("the refusal is not logged at Warn; log:\n%s", logs.String())
+	}
+	worlds, errs := joinAll(t, c, 2, func(i *Info) { i.Restart = 1 })
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("generation 1 after a refused straggler: %v %v", errs[0], errs[1])
+	}
+	if worlds[1].RestartCount() != 1 || worlds[0].Size() != 2 {
+		t.Fatalf("world: restart count %d size %d, want 1 and 2", worlds[1].RestartCount(), worlds[0].Size())
+	}
+}
+
 func TestFormatRanks(t *testing.T) {
 	for _, c := range []struct {
 		in   []int

@@ -37,6 +37,8 @@ type launchFlags struct {
 	verbose     bool
 	topology    string
 	torchEnv    bool
+	maxRestarts int
+	ckptDir     string
 	hosts       hostFlags
 }
 
@@ -177,6 +179,8 @@ func (l *launchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.jobID, "job-id", "", "job ID (default: a new UUID)")
 	fs.BoolVar(&l.verbose, "v", false, "log the launcher's steps on stderr")
 	fs.BoolVar(&l.torchEnv, "torch-env", true, "set torchrun's variables for every rank (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...), so that torch.distributed's env:// init works")
+	fs.IntVar(&l.maxRestarts, "max-restarts", 0, "when a rank fails, stop the world and start it again, at most `N` times (torchrun's --max-restarts); ranks see GEAR_RESTART_COUNT")
+	fs.StringVar(&l.ckptDir, "checkpoint-dir", "", "the job's checkpoint `DIR` (GEAR_CHECKPOINT_DIR), kept across restarts and after the job (default with --max-restarts: <state dir>/gear/checkpoints/<job ID>)")
 	l.hosts.register(fs)
 	fs.StringVar(&l.topology, "topology", "", "with GPU binding: read the GPUs from this topology `FILE` instead of NVML (default $"+gmi.EnvTopology+")")
 }
@@ -254,6 +258,11 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 	req.RdzvAddr = lf.rdzvAddr
 	req.RdzvTimeout = lf.rdzvTimeout
 	req.NoTorchEnv = !lf.torchEnv
+	if lf.maxRestarts < 0 {
+		return lf, req, fmt.Errorf("--max-restarts %d: must not be negative (0 means none)", lf.maxRestarts)
+	}
+	req.MaxRestarts = lf.maxRestarts
+	req.CheckpointDir = lf.ckptDir
 	if lf.json && !lf.dryRun {
 		return lf, req, errors.New("--json needs --dry-run")
 	}
@@ -331,6 +340,9 @@ func launchCommand(args []string, s stdio) int {
 		}
 		return failCode(s, 2, err)
 	}
+	if plan.CheckpointDir == "" && plan.MaxRestarts > 0 {
+		plan.CheckpointDir = launch.CheckpointDir("", plan.JobID)
+	}
 	if hosts != nil {
 		if err := plan.PlaceOnHosts(hosts); err != nil {
 			return failCode(s, 2, err)
@@ -402,12 +414,31 @@ func cleanCommand(args []string, s stdio) int {
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "list what would be removed, remove nothing")
 	fs.StringVar(&opts.ShmDir, "shm-dir", "/dev/shm", "directory of shared-memory segments")
 	fs.StringVar(&opts.RuntimeDir, "runtime-dir", rank.RuntimeDir(), "directory of job lock files")
+	ckpt := fs.String("checkpoints", "", "remove the checkpoint directory of job `ID` instead (under $XDG_STATE_HOME/gear/checkpoints, see docs/elastic.md)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(s.err, "gearrun clean: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if *ckpt != "" {
+		if opts.DryRun {
+			dir := launch.CheckpointDir("", *ckpt)
+			if _, err := os.Stat(dir); err != nil {
+				fmt.Fprintf(s.err, "gearrun clean: job %s has no checkpoint directory (%v)\n", *ckpt, err)
+				return 1
+			}
+			fmt.Fprintf(s.out, "would remove checkpoints %s\n", dir)
+			return 0
+		}
+		dir, err := launch.RemoveCheckpoints("", *ckpt)
+		if err != nil {
+			fmt.Fprintf(s.err, "gearrun clean: %s\n", strings.TrimPrefix(err.Error(), "launch: "))
+			return 1
+		}
+		fmt.Fprintf(s.out, "removed checkpoints %s\n", dir)
+		return 0
 	}
 	got, err := launch.Clean(opts)
 	verb := "removed"

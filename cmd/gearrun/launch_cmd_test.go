@@ -161,6 +161,8 @@ func helper(mode string) int {
 		return 0
 	case "env":
 		return writeBindingEnv(dir, r)
+	case "elastic":
+		return elasticHelper(r, dir)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2
