@@ -51,6 +51,9 @@ func runChild(role, name, arg string) int {
 		fmt.Fprintf(os.Stderr, "child %s: %v\n", role, err)
 		return 1
 	}
+	if role == "owner" {
+		return runOwner(name, arg)
+	}
 	s, err := store.Attach(ctx, name)
 	if err != nil {
 		return fail(err)

@@ -51,23 +51,25 @@ func wrapOp(op string, err error) error { return &opError{op: op, err: err} }
 // other call has returned, and every Pending and View obtained from it must be
 // finished before Close.
 type Shard struct {
-	name    string
-	owner   bool
-	l       *layout
-	mem     []byte
-	state   *atomic.Uint32 // header state
-	slots   unsafe.Pointer
-	pins    pinJournal
-	status  unsafe.Pointer
-	removed *atomic.Uint64
-	free    freeQueue
-	log     commitLog
-	tables  [][]byte
-	cap     uint32
-	slot    int
-	ident   uint64
-	remover Remover
-	now     func() int64
+	name  string
+	owner bool
+	l     *layout
+
+	reattached bool // the owner took the shard over (Open)
+	mem        []byte
+	state      *atomic.Uint32 // header state
+	slots      unsafe.Pointer
+	pins       pinJournal
+	status     unsafe.Pointer
+	removed    *atomic.Uint64
+	free       freeQueue
+	log        commitLog
+	tables     [][]byte
+	cap        uint32
+	slot       int
+	ident      uint64
+	remover    Remover
+	now        func() int64
 
 	closed   atomic.Bool
 	closeMu  sync.Mutex
@@ -92,6 +94,7 @@ type options struct {
 	progress  func(done, total int64)
 	frameSize int
 	level     int
+	label     uint64
 }
 
 // WithSpec makes Attach and Restore fail (with an error wrapping ErrLayout that
