@@ -152,6 +152,10 @@ type Table struct {
 	// MaxTimesSampled removes an item after it was sampled this often; 0 means
 	// never (default 0; 1 for a queue or a stack).
 	MaxTimesSampled int `toml:"max_times_sampled"`
+	// CheckpointEvery is the period of each shard's checkpoint to the job's
+	// checkpoint directory (GEAR_CHECKPOINT_DIR), from which a restarted job
+	// restores what shared memory no longer holds; 0 means none.
+	CheckpointEvery Duration `toml:"checkpoint_every,omitempty"`
 }
 
 // Column is one field of a trajectory step.

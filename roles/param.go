@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gear-rl/gear/collective"
@@ -80,6 +81,13 @@ type Publisher struct {
 	last   uint64
 	shut   bool
 	change chan struct{} // closed and replaced by every Publish, for TCP fetches that wait
+
+	// The checkpoint (CheckpointTo): its path, period, last write and the
+	// highest version it reserves.
+	ckPath   string
+	ckEvery  time.Duration
+	ckAt     time.Time
+	reserved uint64
 }
 
 // NewPublisher starts the parameter service name for n float32 parameters on this
@@ -128,7 +136,8 @@ func NewPublisher(ctx context.Context, b collective.Bootstrap, name string, n in
 // Publish makes params the newest version: readers that refresh afterwards get
 // it whole, never half of it. Versions start at 1, are at most 2^63-1 and must
 // grow; Publish may be called from several goroutines, and a version not greater
-// than the last published gets ErrStaleVersion. params is copied.
+// than the last published (or than a resumed checkpoint's reservation, see
+// CheckpointTo) gets ErrStaleVersion. params is copied.
 //
 // Errors: ErrStaleVersion; a wrong length; ErrClosed; the context's error.
 func (p *Publisher) Publish(ctx context.Context, version uint64, params []float32) error {
@@ -148,6 +157,9 @@ func (p *Publisher) Publish(ctx context.Context, version uint64, params []float3
 	}
 	if version <= p.last {
 		return fmt.Errorf("roles: publish version %d of %q after version %d: %w", version, p.name, p.last, ErrStaleVersion)
+	}
+	if err := p.checkpointLocked(version, params); err != nil {
+		return err
 	}
 	seg := p.seg
 	latest := seg.u64(paramLatest)

@@ -33,7 +33,9 @@ type ShardTable struct {
 	lastErr  error
 	progress chan struct{} // closed and replaced when next advances
 	closed   bool
-	gpu      *deviceTables // the registration with a device, if any
+	gpu      *deviceTables
+	// reattached counts the rows admitted at construction (admitExisting).
+	reattached int // the registration with a device, if any
 
 	devMu sync.Mutex // serialises RegisterDevice, UnregisterDevice and Close's unregistration
 
@@ -56,6 +58,9 @@ type ShardInfo struct {
 	// stopped (the shard closed under the table).
 	Refused     int64
 	LastRefusal error
+	// Existing counts the rows the shard held when the table was built, admitted
+	// at once.
+	Existing int
 }
 
 // ShardOption tunes NewShardTable.
@@ -107,6 +112,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 	}
 	t.rows = true
 	st.t = t
+	st.reattached = st.admitExisting()
 	st.ctx, st.cancel = context.WithCancel(context.Background())
 	go st.ingest()
 	return st, nil
@@ -388,7 +394,7 @@ func (st *ShardTable) Info() ShardInfo {
 	info := st.t.Info()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return ShardInfo{Info: info, Admitted: st.next, Held: len(st.held), Refused: st.refused, LastRefusal: st.lastErr}
+	return ShardInfo{Info: info, Admitted: st.next, Held: len(st.held), Refused: st.refused, LastRefusal: st.lastErr, Existing: st.reattached}
 }
 
 // Close stops admitting commits, wakes every waiting call with ErrClosed, waits

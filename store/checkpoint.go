@@ -22,7 +22,7 @@ import (
 
 // A checkpoint file:
 //
-//	header   "GEARCKPT", version u32, spec length u32, reserved u64 (0), spec
+//	header   "GEARCKPT", version u32, spec length u32, label u64 (WithLabel), spec
 //	         encoding, CRC-32C of the header so far u32
 //	frames   the rows in chunks: for each chunk of rows, one frame per column (in
 //	         column order) holding those rows' blocks; then the status table in
@@ -106,7 +106,7 @@ type ckptFrame struct {
 // intact, though rows of different chunks are taken at different moments. The
 // checkpoint takes no pins, so a checkpointing process that dies leaves nothing
 // behind but its temporary file, which the next checkpoint to path removes.
-// Options: WithProgress, WithFrameSize, WithCompressionLevel.
+// Options: WithProgress, WithFrameSize, WithCompressionLevel, WithLabel.
 func (s *Shard) Checkpoint(ctx context.Context, path string, opts ...Option) (err error) {
 	if s.closed.Load() {
 		return ErrClosed
@@ -149,7 +149,7 @@ func (s *Shard) Checkpoint(ctx context.Context, path string, opts ...Option) (er
 	hdr := []byte(ckptMagic)
 	hdr = binary.LittleEndian.AppendUint32(hdr, ckptVersion)
 	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(s.l.enc)))
-	hdr = binary.LittleEndian.AppendUint64(hdr, 0)
+	hdr = binary.LittleEndian.AppendUint64(hdr, o.label)
 	hdr = append(hdr, s.l.enc...)
 	hdr = binary.LittleEndian.AppendUint32(hdr, crc(hdr))
 	if _, err := w.Write(hdr); err != nil {

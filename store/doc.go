@@ -27,7 +27,11 @@
 //     writers that died between Allocate and Commit. A full shard's Allocate does
 //     the same once per turnover of the shard.
 //  5. Checkpoint(ctx, path) when wanted; Restore(ctx, path, name) makes a new shard
-//     from a checkpoint. package store/progress draws their progress on a terminal.
+//     from a checkpoint; MergeCheckpoint and MergeFrom add a checkpoint's or a
+//     shard's rows to a shard. package store/progress draws their progress on a
+//     terminal. A restarted owner takes its shard over with Open (or
+//     CreateOrOpen) once the previous owner is dead: every committed row stays,
+//     and half-written rows and dead processes' pins are reclaimed.
 //  6. Close() marks the shard closed and removes the segment. Processes still
 //     attached keep their mapping, but their Allocate returns ErrClosed.
 //

@@ -52,6 +52,9 @@ func runChild(role, name, arg string) int {
 		fmt.Fprintf(os.Stderr, "child %s: %v\n", role, err)
 		return 1
 	}
+	if role == "owner" {
+		return runOwner(name, arg)
+	}
 	var opts []store.Option
 	if n, err := strconv.Atoi(os.Getenv(envChunk)); err == nil {
 		opts = append(opts, store.WithChunk(n))

@@ -27,6 +27,7 @@ type ckptImage struct {
 type ckptHeader struct {
 	spec    Spec
 	enc     []byte
+	label   uint64
 	nextSeq uint64
 }
 
@@ -59,10 +60,7 @@ func readCkptHeader(r io.Reader) (ckptHeader, error) {
 	if err != nil {
 		return h, corruptf("header: %s", strings.TrimPrefix(err.Error(), "store: "))
 	}
-	if v := binary.LittleEndian.Uint64(fixed[16:]); v != 0 {
-		return h, corruptf("header: reserved field is %d", v)
-	}
-	h.spec, h.enc = spec, rest[:n]
+	h.spec, h.enc, h.label = spec, rest[:n], binary.LittleEndian.Uint64(fixed[16:])
 	return h, nil
 }
 

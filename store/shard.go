@@ -51,24 +51,26 @@ func wrapOp(op string, err error) error { return &opError{op: op, err: err} }
 // other call has returned, and every Pending and View obtained from it must be
 // finished before Close.
 type Shard struct {
-	name    string
-	owner   bool
-	l       *layout
-	mem     []byte
-	state   *atomic.Uint32 // header state
-	slots   unsafe.Pointer
-	pins    pinJournal
-	status  unsafe.Pointer
-	removed *atomic.Uint64
-	claim   *atomic.Uint64 // FIFO eviction claim (see evictFIFO)
-	free    freeQueue
-	log     commitLog
-	tables  [][]byte
-	cap     uint32
-	slot    int
-	ident   uint64
-	remover Remover
-	now     func() int64
+	name  string
+	owner bool
+	l     *layout
+
+	reattached bool // the owner took the shard over (Open)
+	mem        []byte
+	state      *atomic.Uint32 // header state
+	slots      unsafe.Pointer
+	pins       pinJournal
+	status     unsafe.Pointer
+	removed    *atomic.Uint64
+	claim      *atomic.Uint64 // FIFO eviction claim (see evictFIFO)
+	free       freeQueue
+	log        commitLog
+	tables     [][]byte
+	cap        uint32
+	slot       int
+	ident      uint64
+	remover    Remover
+	now        func() int64
 
 	closed   atomic.Bool
 	closeMu  sync.Mutex
@@ -101,6 +103,7 @@ type options struct {
 	frameSize int
 	level     int
 	chunk     int
+	label     uint64
 }
 
 // WithSpec makes Attach and Restore fail (with an error wrapping ErrLayout that

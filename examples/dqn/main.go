@@ -117,6 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&d.InferDelay, "infer-delay", d.InferDelay, "policy workers: longest wait of a request for its batch")
 	fs.DurationVar(&d.Bench, "bench", 0, "measure environment frames/s for this long instead of learning to a target")
 	fs.DurationVar(&d.BenchWarmup, "bench-warmup", d.BenchWarmup, "time before the --bench measurement starts")
+	fs.DurationVar(&d.CheckpointEvery, "checkpoint-every", 0, "period of the trainers' shard checkpoints to the job's checkpoint directory (GEAR_CHECKPOINT_DIR; 0: none)")
 
 	// --plot mode.
 	fs.StringVar(&o.plot, "plot", "", "draw the learning curve of this CSV (written by --curve) as a PNG, and exit")

@@ -122,7 +122,7 @@ func (r *rankRun) actor(ctx context.Context) error {
 	// Each step becomes the first step of one transition, emitted in order:
 	// the versions of the steps wait in a queue for their transitions.
 	versions := &versionQueue{buf: make([]uint64, a.NStep+1)}
-	key := uint64(index+1) << 40
+	key := actorKeyBase(cfg.Generation, index)
 	backlog := uint64(cfg.Backlog * max(1, len(r.actorsOf(trainer))))
 	var lastSeq uint64
 	committed := false

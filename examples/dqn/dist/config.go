@@ -75,6 +75,15 @@ type Config struct {
 	// Bench after BenchWarmup.
 	Bench       time.Duration `json:"bench"`
 	BenchWarmup time.Duration `json:"bench_warmup"`
+
+	// CheckpointEvery is the period of each trainer's shard checkpoints to the
+	// job's checkpoint directory (GEAR_CHECKPOINT_DIR), and of the parameter
+	// checkpoint beside them; 0 writes no shard checkpoints. A restarted job
+	// restores from them what shared memory no longer holds (docs/dqn.md).
+	CheckpointEvery time.Duration `json:"checkpoint_every"`
+	// Generation is the job's restart count, set by the first trainer: replay
+	// keys of one generation never meet those of rows an earlier one left.
+	Generation int `json:"generation"`
 }
 
 // DefaultConfig returns the distributed version of agent.DefaultConfig with
@@ -142,6 +151,8 @@ func (c *Config) Validate(trainers int) error {
 		return bad("Window", c.Window, ">= 1")
 	case c.ParamEvery < 1:
 		return bad("ParamEvery", c.ParamEvery, ">= 1")
+	case c.CheckpointEvery < 0:
+		return bad("CheckpointEvery", c.CheckpointEvery, ">= 0")
 	case c.PublishEvery < 1:
 		return bad("PublishEvery", c.PublishEvery, ">= 1")
 	case c.SamplesPerInsert < 0:

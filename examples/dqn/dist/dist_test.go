@@ -325,6 +325,11 @@ func TestApplyTable(t *testing.T) {
 	if c.Agent.ReplayCapacity != 1000 || c.Agent.PriorityExponent != 0.5 || c.Agent.LearningStarts != 500 || c.SamplesPerInsert != 16 || c.ErrorBuffer != 800 {
 		t.Fatalf("config %+v", c)
 	}
+	tb := table()
+	tb.CheckpointEvery = jobs.Duration(10 * time.Second)
+	if err := ApplyTable(&c, tb, 4); err != nil || c.CheckpointEvery != 10*time.Second {
+		t.Fatalf("checkpoint_every: %v, %v", c.CheckpointEvery, err)
+	}
 	for _, bad := range []struct {
 		edit func(*jobs.Table)
 		want string

@@ -193,7 +193,8 @@ func decodeChunk(data []byte, obsSize int, fn func(chunkTransition) error) error
 // rate limiter (min_size_to_sample becomes the frames collected before
 // learning starts). The table must describe this program's rows exactly:
 // the columns of Columns(obsSize), trajectory_length 1, a prioritized
-// sampler, a FIFO remover and no max_times_sampled.
+// sampler, a FIFO remover and no max_times_sampled. checkpoint_every, when set,
+// is the period of the shard checkpoints (Config.CheckpointEvery).
 func ApplyTable(c *Config, t *jobs.Table, obsSize int) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("dist: job spec [table] %q: "+format, append([]any{t.Name}, args...)...)
@@ -232,5 +233,11 @@ func ApplyTable(c *Config, t *jobs.Table, obsSize int) error {
 		return fail("rate_limiter.kind %q, want %q", rl.Kind, jobs.LimiterSampleToInsertRatio)
 	}
 	c.Agent.LearningStarts = rl.MinSizeToSample
+	if t.CheckpointEvery < 0 {
+		return fail("checkpoint_every %v, want >= 0", t.CheckpointEvery)
+	}
+	if t.CheckpointEvery > 0 {
+		c.CheckpointEvery = t.CheckpointEvery.D()
+	}
 	return nil
 }

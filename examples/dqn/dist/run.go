@@ -129,6 +129,7 @@ func Run(ctx context.Context, b collective.Bootstrap, role string, cfg Config, h
 		if err := cfg.Validate(len(plan.Trainers)); err != nil {
 			return res, err
 		}
+		cfg.Generation = restartCount(b)
 		blob, err := json.Marshal(cfg)
 		if err != nil {
 			return res, fmt.Errorf("dist: encode config: %w", err)

@@ -91,11 +91,15 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 	// ratio stays; the minimum size is split likewise.
 	slack := max(1024, 2*len(myActors)*(cfg.Backlog+cfg.Chunk))
 	name := rank.SegmentName(jobID(r.b), fmt.Sprintf("dqn.%s.%d", cfg.Table, r.me))
-	shard, err := store.Create(name, shardSpec(obsSize, a.ReplayCapacity, slack))
+	shard, maxSize, merged, found, err := r.openShard(ctx, name, shardSpec(obsSize, a.ReplayCapacity, slack), a.ReplayCapacity)
 	if err != nil {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
 	defer shard.Close()
+	name = shard.Name()
+	if found != "" {
+		r.hooks.Logf("trainer %d: %s", r.trainerIndex(r.me), found)
+	}
 	minSize := int64(max(1, (a.LearningStarts+nt-1)/nt, la.BatchSize))
 	limit := sample.MinSize(minSize)
 	if cfg.Bench == 0 {
@@ -108,7 +112,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
 	st, err := sample.NewShardTable(shard, sample.Config{
-		Name: cfg.Table, MaxSize: a.ReplayCapacity, Sampler: sampler, Remover: sample.NewFIFO(),
+		Name: cfg.Table, MaxSize: maxSize, Sampler: sampler, Remover: sample.NewFIFO(),
 		RateLimit: limit, Seed: seed ^ uint64(r.me)<<32,
 	}, sample.WithPollInterval(500*time.Microsecond))
 	if err != nil {
@@ -135,7 +139,13 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 			return err
 		}
 		defer theta.Close()
-		if err := theta.Publish(ctx, 1, learner.Online().Params()); err != nil {
+	}
+	base, err := r.resumeParams(ctx, theta, learner)
+	if err != nil {
+		return fmt.Errorf("dist: trainer: %w", err)
+	}
+	if publisher {
+		if err := theta.Publish(ctx, base+1, learner.Online().Params()); err != nil {
 			return err
 		}
 		if episodes, err = roles.NewSampleReceiver(ctx, r.b, episodesName, roles.SampleConfig{
@@ -175,7 +185,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 	statusDone := make(chan struct{})
 	var statusVersion atomic.Uint64
 	var thetaVersion atomic.Uint64
-	thetaVersion.Store(1)
+	thetaVersion.Store(base + 1)
 	var gradSteps atomic.Uint64
 	var frames atomic.Uint64
 	vec := make([]float32, statusLen)
@@ -225,6 +235,10 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 		}
 		return err
 	})
+	// Checkpoints of the shard, every CheckpointEvery.
+	if dir := checkpointDir(r.b); dir != "" && cfg.CheckpointEvery > 0 {
+		g.Go(func() error { return r.checkpointShards(gctx, shard, dir, merged) })
+	}
 	// The episode stream.
 	if publisher {
 		g.Go(func() error {
