@@ -186,10 +186,7 @@ func TestGearrunMaxRestarts(t *testing.T) {
 		t.Skip("a full DQN run")
 	}
 	gearrun, dqn := binaries(t)
-	help, _ := exec.Command(gearrun, "run", "--help").CombinedOutput()
-	if !strings.Contains(string(help), "max-restarts") {
-		t.Skip("gearrun has no --max-restarts flag yet")
-	}
+	dir := t.TempDir()
 	job := fmt.Sprintf("dqnelastic-%d", os.Getpid())
 	t.Cleanup(func() {
 		if left := segmentsLeft(job); len(left) > 0 {
@@ -199,7 +196,7 @@ func TestGearrunMaxRestarts(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, gearrun, "run", "--max-restarts", "1", "--job-id", job,
+	cmd := exec.CommandContext(ctx, gearrun, "run", "--max-restarts", "1", "--checkpoint-dir", dir, "--job-id", job,
 		"-np", "1", dqn, "--role", "trainer", "--seed", "1", "--report-every", "1s", "--checkpoint-every", "1s",
 		":", "-np", "1", dqn, "--role", "actor")
 	cmd.Env = withoutRankEnv()
@@ -225,8 +222,26 @@ func TestGearrunMaxRestarts(t *testing.T) {
 		t.Fatalf("no trainer pid:\n%s", out.String())
 	}
 	pid, _ := strconv.Atoi(m[1])
-	rows := regexp.MustCompile(`checkpoint replay.shard.0.ckpt: (\d+) rows`).FindAllStringSubmatch(out.String(), -1)
-	checkpointed, _ := strconv.Atoi(rows[len(rows)-1][1])
+	// The rows committed before the kill: the trainer is stopped, the shard
+	// counted, then the trainer killed (actors may commit more meanwhile, never
+	// fewer rows are there).
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := store.Attach(ctx, rank.SegmentName(job, "dqn.replay.0"))
+	if err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		cmd.Wait()
+		t.Fatalf("the trainer's shard: %v\n%s", err, out.String())
+	}
+	committed := sh.Stats().Committed
+	sh.Close()
+	pc, err := roles.ReadParamCheckpoint(filepath.Join(dir, "theta.param"))
+	if err != nil {
+		syscall.Kill(pid, syscall.SIGKILL)
+		cmd.Wait()
+		t.Fatal(err)
+	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -238,8 +253,18 @@ func TestGearrunMaxRestarts(t *testing.T) {
 	if m == nil {
 		t.Fatalf("the restarted trainer found no shard:\n%s", log)
 	}
-	if found, _ := strconv.Atoi(m[1]); found < checkpointed {
-		t.Fatalf("the restarted trainer found %d rows, %d were checkpointed before the kill", found, checkpointed)
+	if found, _ := strconv.Atoi(m[1]); found < committed {
+		t.Fatalf("the restarted trainer found %d rows, %d were committed before the kill", found, committed)
+	}
+	if !strings.Contains(log, "restart 1 of 1") {
+		t.Fatalf("gearrun logged no restart:\n%s", log)
+	}
+	m = regexp.MustCompile(`parameters of version (\d+) resumed from \S+; versions go on from (\d+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("the restarted trainer did not resume the parameters:\n%s", log)
+	}
+	if from, _ := strconv.ParseUint(m[2], 10, 64); from <= pc.Reserved || from <= pc.Version {
+		t.Fatalf("the restarted trainer publishes from version %d, the killed one reached %d (reserved %d)", from, pc.Version, pc.Reserved)
 	}
 	if !strings.Contains(log, "dqn: solved:") {
 		t.Fatalf("not solved after the restart:\n%s", log)
