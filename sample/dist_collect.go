@@ -35,9 +35,12 @@ func (st *ShardTable) pinRow(idx int) (v store.View, done func(), err error) {
 // a distributed Batch's items) and the same columns and window, and gets one
 // contiguous buffer per column in the order of its indices, laid out as
 // ShardTable.Collect lays them out. Local rows are copied straight from shared
-// memory (by several goroutines for large batches); remote rows are sent by their
-// owners, block by block from their shared memory, through the communicator, and
-// received in place. A row must hold an item of its shard or belong to a batch
+// memory (by several goroutines for large batches); the rows of peers on this
+// host are copied straight from the peers' shard segments, which the first
+// Collect attaches (see SetCollectInPlace), under pins of this rank's own;
+// the rows of peers on other hosts are sent by their owners, block by block
+// from their shared memory, through the communicator, and received in place.
+// A row must hold an item of its shard or belong to a batch
 // not yet released on its owner; release batches after the Collect calls that
 // read them.
 //
