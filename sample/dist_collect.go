@@ -130,15 +130,15 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 		if a.row[2+peer]&inPlaceBit != 0 {
 			from = d.peers[peer].s
 		}
-		held, err := d.swapRows(cctx, peer, asked, byOwner[peer], indices, plans, dst, from, a.readsInPlace(peer, d.rank))
-		if len(held) > 0 {
-			// Copied while the exchange goes on with the next peers.
+		// Rows read in place are copied while the exchange goes on.
+		copyRows := func(held []heldRow) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				copyHeld(held, plans, dst, per)
 			}()
 		}
+		err := d.swapRows(cctx, peer, asked, byOwner[peer], indices, plans, dst, from, a.readsInPlace(peer, d.rank), copyRows)
 		if err != nil && missing == nil && !isCommErr(err) {
 			missing = err
 			return nil
@@ -315,15 +315,16 @@ func recvIf(ctx context.Context, c *collective.Comm, buf []int64, peer, tag int)
 //
 // In place: when this rank reads peer's rows in place (from: peer's shard,
 // attached here), the status of a row is its insertion sequence, this rank pins
-// the readable rows through from and returns them for the caller to copy, and
-// it sends a byte saying so instead of receiving their data; when peer reads
+// the readable rows through from and passes them to copyRows (which copies
+// and unpins them), and it sends a byte saying so instead of receiving their
+// data; when peer reads
 // this rank's rows in place (theyRead), this rank sends their sequences instead
 // of their data and keeps its own pins until that byte arrives. A row the owner
 // cannot give is the same error either way.
 func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, positions []int, indices []int, plans []colPlan, dst [][]byte,
-	from *store.Shard, theyRead bool) ([]heldRow, error) {
+	from *store.Shard, theyRead bool, copyRows func([]heldRow)) error {
 	if len(asked) == 0 && len(positions) == 0 {
-		return nil, nil
+		return nil
 	}
 	width := func(inPlace bool) int {
 		if inPlace {
@@ -354,7 +355,7 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 	}
 	got := make([]byte, len(positions)*width(from != nil))
 	if err := collective.SendRecv(ctx, d.comm, nonEmpty(status), nonEmpty(got), peer, tagCollectStatus); err != nil {
-		return nil, err
+		return err
 	}
 	readable := func(i int) bool {
 		if from != nil {
@@ -380,6 +381,9 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 				continue
 			}
 			held = append(held, heldRow{k: k, v: v})
+		}
+		if len(held) > 0 {
+			copyRows(held) // under this rank's pins, while the exchange goes on
 		}
 	}
 	sendData, recvData := !theyRead, from == nil
@@ -451,10 +455,7 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 		recv = append(recv, pinned[:])
 	}
 	if err := collective.SendRecv(ctx, d.comm, send, recv, peer, tagCollectData); err != nil {
-		for _, h := range held {
-			h.v.Done()
-		}
-		return nil, err
+		return err
 	}
 	// Unpack (staged), pad, and clear the rows the owner could not give; rows
 	// read in place are copied and padded by the caller.
@@ -487,7 +488,7 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 	}
 	d.counts.transport.Add(uint64(j))
 	d.counts.inPlace.Add(uint64(len(held)))
-	return held, missing
+	return missing
 }
 
 // nonEmpty is b as a list of one buffer, or no buffers when b is empty.
