@@ -135,6 +135,11 @@ type DistTable struct {
 	stageOut []byte  // Collect's packed small rows, to send
 	stageIn  []byte  // and received
 	posBuf   []int32 // a split draw's shard of each position
+
+	// collection in place (inplace.go)
+	peers      []peerShard // by rank, after the first Collect
+	inPlaceOff bool
+	counts     collectCounters
 }
 
 // globalState is what the last sync learned: every shard's state and the global
@@ -452,7 +457,7 @@ func (d *DistTable) Info() DistInfo {
 // Close makes later calls on this rank fail; call it on every rank after the last
 // collective call. It is idempotent. The local table becomes a table of its own
 // again (its rate limiter sees its own counts); Close does not close it or the
-// communicator.
+// communicator. It detaches the shards of the peers that Collect read in place.
 func (d *DistTable) Close() error {
 	d.opMu.Lock()
 	defer d.opMu.Unlock()
@@ -464,7 +469,7 @@ func (d *DistTable) Close() error {
 	d.t.distributed = false
 	d.t.notify()
 	d.t.mu.Unlock()
-	return nil
+	return d.closePeers()
 }
 
 // graceful returns a context for collective calls that ends grace after ctx does,

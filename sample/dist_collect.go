@@ -2,6 +2,7 @@ package sample
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -11,31 +12,35 @@ import (
 
 // pinRow pins local row idx for reading: a table item is pinned in the shard; a
 // row held by a batch is pinned already. done unpins what pinRow pinned.
-func (st *ShardTable) pinRow(idx int) (block func(col int) []byte, done func(), err error) {
+// v is the pinned row, for its blocks and its reference.
+func (st *ShardTable) pinRow(idx int) (v store.View, done func(), err error) {
 	if idx < 0 || idx >= st.shard.Capacity() {
-		return nil, nil, fmt.Errorf("sample: table %q: index %d out of range [0, %d)", st.t.name, idx, st.shard.Capacity())
+		return store.View{}, nil, fmt.Errorf("sample: table %q: index %d out of range [0, %d)", st.t.name, idx, st.shard.Capacity())
 	}
 	if it, ok := st.t.itemAt(idx); ok {
 		if v, err := st.shard.Read(store.Ref{Index: idx, Seq: it.Seq}); err == nil {
-			return v.Block, v.Done, nil
+			return v, v.Done, nil
 		}
 	}
 	st.mu.Lock()
 	v, ok := st.held[int32(idx)]
 	st.mu.Unlock()
 	if !ok {
-		return nil, nil, fmt.Errorf("sample: table %q: index %d holds no item (deleted since it was sampled?)", st.t.name, idx)
+		return store.View{}, nil, fmt.Errorf("sample: table %q: index %d holds no item (deleted since it was sampled?)", st.t.name, idx)
 	}
-	return v.Block, func() {}, nil
+	return v, func() {}, nil
 }
 
 // Collect is a collective call: every rank passes its own indices (global, as in
 // a distributed Batch's items) and the same columns and window, and gets one
 // contiguous buffer per column in the order of its indices, laid out as
 // ShardTable.Collect lays them out. Local rows are copied straight from shared
-// memory (by several goroutines for large batches); remote rows are sent by their
-// owners, block by block from their shared memory, through the communicator, and
-// received in place. A row must hold an item of its shard or belong to a batch
+// memory (by several goroutines for large batches); the rows of peers on this
+// host are copied straight from the peers' shard segments, which the first
+// Collect attaches (see SetCollectInPlace), under pins of this rank's own;
+// the rows of peers on other hosts are sent by their owners, block by block
+// from their shared memory, through the communicator, and received in place.
+// A row must hold an item of its shard or belong to a batch
 // not yet released on its owner; release batches after the Collect calls that
 // read them.
 //
@@ -84,6 +89,16 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 		}
 	}
 	defer wg.Wait()
+	if err := d.learnPeers(cctx); err != nil {
+		return nil, err
+	}
+	if a.err == nil {
+		for owner, ks := range byOwner {
+			if len(ks) > 0 && d.inPlace(owner) != nil {
+				a.row[2+owner] |= inPlaceBit
+			}
+		}
+	}
 	wants, err := d.agreeCollect(cctx, a)
 	if err != nil {
 		return nil, err
@@ -111,7 +126,19 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 				return err
 			}
 		}
-		err := d.swapRows(cctx, peer, asked, byOwner[peer], indices, plans, dst)
+		var from *store.Shard
+		if a.row[2+peer]&inPlaceBit != 0 {
+			from = d.peers[peer].s
+		}
+		// Rows read in place are copied while the exchange goes on.
+		copyRows := func(held []heldRow) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				copyHeld(held, plans, dst, per)
+			}()
+		}
+		err := d.swapRows(cctx, peer, asked, byOwner[peer], indices, plans, dst, from, a.readsInPlace(peer, d.rank), copyRows)
 		if err != nil && missing == nil && !isCommErr(err) {
 			missing = err
 			return nil
@@ -127,6 +154,7 @@ func (d *DistTable) CollectInto(ctx context.Context, dst [][]byte, indices []int
 	case missing != nil:
 		return nil, missing
 	}
+	d.counts.local.Add(uint64(len(byOwner[d.rank])))
 	return dst, nil
 }
 
@@ -140,6 +168,14 @@ type collectArgs struct {
 	byOwner [][]int
 	row     []int64
 	err     error
+	all     []int64 // every rank's row, after agreeCollect
+}
+
+// readsInPlace reports whether rank from reads owner's rows in place in this
+// call (after agreeCollect).
+func (a *collectArgs) readsInPlace(from, owner int) bool {
+	n := len(a.row)
+	return a.all[from*n+2+owner]&inPlaceBit != 0
 }
 
 func (d *DistTable) collectArgs(indices []int, columns []string, w Window) *collectArgs {
@@ -182,7 +218,8 @@ func (d *DistTable) agreeCollect(ctx context.Context, a *collectArgs) (wants fun
 			return nil, fmt.Errorf("sample: distributed table %q: collect: rank %d asks for other columns or another window than rank 0", d.t.name, r)
 		}
 	}
-	return func(from, owner int) int { return int(all[from*n+2+owner]) }, nil
+	a.all = all
+	return func(from, owner int) int { return int(all[from*n+2+owner] &^ inPlaceBit) }, nil
 }
 
 // exchange runs fn once with every other rank, in rounds of disjoint pairs (the
@@ -271,14 +308,31 @@ func recvIf(ctx context.Context, c *collective.Comm, buf []int64, peer, tag int)
 }
 
 // swapRows sends peer the rows it asked for (asked: local indices) and takes
-// the rows this rank asked peer for into their places in dst, both at once
-// (collective.SendRecv): first a status byte per row, then the window of every
-// column of every readable row, straight from the pinned blocks into dst.
-func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, positions []int, indices []int, plans []colPlan, dst [][]byte) error {
+// the rows this rank asked peer for (positions) into their places in dst, both
+// at once (collective.SendRecv): first a status byte per row, then the window
+// of every column of every readable row, straight from the pinned blocks into
+// dst.
+//
+// In place: when this rank reads peer's rows in place (from: peer's shard,
+// attached here), the status of a row is its insertion sequence, this rank pins
+// the readable rows through from and passes them to copyRows (which copies
+// and unpins them), and it sends a byte saying so instead of receiving their
+// data; when peer reads
+// this rank's rows in place (theyRead), this rank sends their sequences instead
+// of their data and keeps its own pins until that byte arrives. A row the owner
+// cannot give is the same error either way.
+func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, positions []int, indices []int, plans []colPlan, dst [][]byte,
+	from *store.Shard, theyRead bool, copyRows func([]heldRow)) error {
 	if len(asked) == 0 && len(positions) == 0 {
 		return nil
 	}
-	status := make([]byte, len(asked))
+	width := func(inPlace bool) int {
+		if inPlace {
+			return 8 // insertion sequence + 1; 0: not readable
+		}
+		return 1 // 1: readable
+	}
+	status := make([]byte, len(asked)*width(theyRead))
 	blocks := make([]func(int) []byte, len(asked))
 	dones := make([]func(), 0, len(asked))
 	defer func() {
@@ -287,25 +341,66 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 		}
 	}()
 	for i, r := range asked {
-		block, done, err := d.st.pinRow(int(r))
+		v, done, err := d.st.pinRow(int(r))
 		if err != nil {
 			continue
 		}
-		status[i], blocks[i] = 1, block
+		blocks[i] = v.Block
 		dones = append(dones, done)
+		if theyRead {
+			binary.LittleEndian.PutUint64(status[8*i:], v.Ref().Seq+1)
+		} else {
+			status[i] = 1
+		}
 	}
-	got := make([]byte, len(positions))
+	got := make([]byte, len(positions)*width(from != nil))
 	if err := collective.SendRecv(ctx, d.comm, nonEmpty(status), nonEmpty(got), peer, tagCollectStatus); err != nil {
 		return err
 	}
+	readable := func(i int) bool {
+		if from != nil {
+			return binary.LittleEndian.Uint64(got[8*i:]) != 0
+		}
+		return got[i] != 0
+	}
+	var missing error
+	var held []heldRow
+	if from != nil {
+		// Pin the rows under this rank's handle while their owner holds them.
+		for i, k := range positions {
+			seq := binary.LittleEndian.Uint64(got[8*i:])
+			if seq == 0 {
+				continue
+			}
+			v, err := from.ReadHeld(store.Ref{Index: indices[k] % d.capacity, Seq: seq - 1})
+			if err != nil {
+				binary.LittleEndian.PutUint64(got[8*i:], 0)
+				if missing == nil {
+					missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: reading rank %d's row in place: %w", d.t.name, indices[k], peer, err)}
+				}
+				continue
+			}
+			held = append(held, heldRow{k: k, v: v})
+		}
+		if len(held) > 0 {
+			copyRows(held) // under this rank's pins, while the exchange goes on
+		}
+	}
+	sendData, recvData := !theyRead, from == nil
 	var send, recv [][]byte
 	packed := make([][]byte, len(plans)) // staged: column c's rows from peer, packed
 	staging := staged(plans)
-	if staging {
+	switch {
+	case staging:
 		// Small rows: one message per column, the rows packed in order.
-		ok, okIn := len(dones), 0
-		for _, st := range got {
-			okIn += int(st)
+		ok, okIn := 0, 0
+		if sendData {
+			ok = len(dones)
+		}
+		if recvData {
+			for _, st := range got {
+				okIn += int(st)
+			}
 		}
 		out := stage(&d.stageOut, ok*packedRow(plans))[:0]
 		in := stage(&d.stageIn, okIn*packedRow(plans))
@@ -329,9 +424,9 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 				in = in[okIn*n:]
 			}
 		}
-	} else {
+	default:
 		for i := range asked {
-			if status[i] == 0 {
+			if !sendData || status[i] == 0 {
 				continue
 			}
 			for _, p := range plans {
@@ -341,7 +436,7 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 			}
 		}
 		for i, k := range positions {
-			if got[i] == 0 {
+			if !recvData || got[i] == 0 {
 				continue
 			}
 			for c, p := range plans {
@@ -352,17 +447,28 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 			}
 		}
 	}
+	if from != nil && len(positions) > 0 {
+		send = append(send, []byte{1}) // the rows are pinned here
+	}
+	var pinned [1]byte
+	if theyRead && len(asked) > 0 {
+		recv = append(recv, pinned[:])
+	}
 	if err := collective.SendRecv(ctx, d.comm, send, recv, peer, tagCollectData); err != nil {
 		return err
 	}
-	// Unpack (staged), pad, and clear the rows the owner could not read.
-	var missing error
+	// Unpack (staged), pad, and clear the rows the owner could not give; rows
+	// read in place are copied and padded by the caller.
 	j := 0
 	for i, k := range positions {
+		ok := readable(i)
+		if from != nil && ok {
+			continue
+		}
 		for c, p := range plans {
 			ib := p.itemBytes()
 			out := dst[c][k*ib : (k+1)*ib]
-			if got[i] == 0 {
+			if !ok {
 				clear(out)
 				continue
 			}
@@ -372,7 +478,7 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 			}
 			clear(out[p.zeroAt : p.zeroAt+ib-n])
 		}
-		if got[i] == 0 {
+		if !ok {
 			if missing == nil {
 				missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there (deleted since it was sampled?)", d.t.name, indices[k], peer)}
 			}
@@ -380,6 +486,8 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 		}
 		j++
 	}
+	d.counts.transport.Add(uint64(j))
+	d.counts.inPlace.Add(uint64(len(held)))
 	return missing
 }
 

@@ -54,17 +54,34 @@ func (s *Shard) Read(ref Ref) (View, error) {
 	if err := s.checkRef(ref); err != nil {
 		return View{}, err
 	}
-	if err := s.pin(uint32(ref.Index), ref.Seq); err != nil {
+	if err := s.pin(uint32(ref.Index), ref.Seq, false); err != nil {
 		return View{}, fmt.Errorf("store: read %v of %q: %w", ref, s.name, err)
 	}
 	return View{s: s, idx: uint32(ref.Index), seq: ref.Seq, entry: s.pins.record(s.slot, uint32(ref.Index))}, nil
 }
 
-func (s *Shard) pin(i uint32, seq uint64) error {
+// ReadHeld is Read that also pins a row released while another View (of any
+// process) holds it: the row then goes back to the free queue when its last
+// View, this one included, is done. It lets a process read a row that another
+// one selected and holds, under a pin of its own (given back by Reclaim if this
+// process dies). It returns an error wrapping ErrStale if ref's occupant is gone.
+func (s *Shard) ReadHeld(ref Ref) (View, error) {
+	if err := s.checkRef(ref); err != nil {
+		return View{}, err
+	}
+	if err := s.pin(uint32(ref.Index), ref.Seq, true); err != nil {
+		return View{}, fmt.Errorf("store: read %v of %q: %w", ref, s.name, err)
+	}
+	return View{s: s, idx: uint32(ref.Index), seq: ref.Seq, entry: s.pins.record(s.slot, uint32(ref.Index))}, nil
+}
+
+// pin adds a pin to row i if it is committed with seq and selectable, or, with
+// held, released but still pinned (a released row with no pin is free already).
+func (s *Shard) pin(i uint32, seq uint64, held bool) error {
 	r := s.row(i)
 	for {
 		x := r.state.Load()
-		if phaseOf(x) != phaseCommitted || x&doomedBit != 0 || r.seq.Load() != seq {
+		if phaseOf(x) != phaseCommitted || x&doomedBit != 0 && (!held || pinsOf(x) == 0) || r.seq.Load() != seq {
 			return ErrStale
 		}
 		if pinsOf(x) == maxPins {

@@ -314,7 +314,7 @@ func benchCollect(args []string, out io.Writer) error {
 			n := float64(h.size())
 			busbw = float64(total) / sec * 2 * (n - 1) / n
 		}
-		for _, kind := range []string{"copy", "local", "remote", "allreduce"} {
+		for _, kind := range []string{"copy", "local", "remote", "remote_transport", "allreduce"} {
 			sec, ok := res[kind]
 			if !ok {
 				continue
@@ -325,8 +325,15 @@ func benchCollect(args []string, out io.Writer) error {
 			switch {
 			case kind == "allreduce":
 				fields = append(fields, kv{"busbw", busbw})
-			case kind == "remote" && busbw > 0:
-				fields = append(fields, kv{"bytes_per_s", rate}, kv{"busbw_share", rate / busbw})
+			case kind == "remote" || kind == "remote_transport":
+				// of_local: against the local collection of the same run.
+				fields = append(fields, kv{"bytes_per_s", rate}, kv{"of_local", res["local"] / sec})
+				if kind == "remote" {
+					fields = append(fields, kv{"in_place", res["in_place"]})
+					if busbw > 0 {
+						fields = append(fields, kv{"busbw_share", rate / busbw})
+					}
+				}
 			default:
 				fields = append(fields, kv{"bytes_per_s", rate})
 			}
@@ -418,9 +425,24 @@ func collectOneSize(ctx context.Context, h worldHandle, size, items, iters int) 
 		times []float64
 	}
 	kinds := []*kind{{name: "copy", owner: h.rank(), run: copyAll}, {name: "local", owner: h.rank(), run: collectFrom(h.rank())}}
+	var inPlace float64 // the share of the remote rows read in place
 	if h.size() > 1 {
 		next := (h.rank() + 1) % h.size()
-		kinds = append(kinds, &kind{name: "remote", owner: next, run: collectFrom(next)})
+		remote := collectFrom(next)
+		kinds = append(kinds, &kind{name: "remote", owner: next, run: func() error {
+			before := d.CollectStats()
+			err := remote()
+			after := d.CollectStats()
+			inPlace = float64(after.InPlace-before.InPlace) / float64(items)
+			return err
+		}})
+		// The same rows sent by their owner through the communicator, as from
+		// another host: every rank turns in-place reading off for the call.
+		kinds = append(kinds, &kind{name: "remote_transport", owner: next, run: func() error {
+			d.SetCollectInPlace(false)
+			defer d.SetCollectInPlace(true)
+			return remote()
+		}})
 	}
 	var arBuf []float32
 	allReduce := func() error {
@@ -464,6 +486,9 @@ func collectOneSize(ctx context.Context, h worldHandle, size, items, iters int) 
 	res := map[string]float64{}
 	for _, k := range kinds {
 		res[k.name] = median(k.times)
+	}
+	if h.size() > 1 {
+		res["in_place"] = inPlace
 	}
 	return res, nil
 }
