@@ -177,7 +177,7 @@ func lastLine(s, sub string) string {
 	return ""
 }
 
-// TestGearrunMaxRestarts: the same under gearrun --max-restarts 1: the trainer
+// TestGearrunMaxRestarts: the same under gearrun --max-restarts 1 (MPMD on the command line): the trainer
 // is killed with SIGKILL mid-run, gearrun restarts the job, the restarted
 // trainer re-attaches to its shard with at least the rows its predecessor
 // checkpointed, and the run solves. No segment is left.
@@ -196,7 +196,7 @@ func TestGearrunMaxRestarts(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, gearrun, "run", "--max-restarts", "1", "--checkpoint-dir", dir, "--job-id", job,
+	cmd := exec.CommandContext(ctx, gearrun, "--max-restarts", "1", "--checkpoint-dir", dir, "--job-id", job,
 		"-np", "1", dqn, "--role", "trainer", "--seed", "1", "--report-every", "1s", "--checkpoint-every", "1s",
 		":", "-np", "1", dqn, "--role", "actor")
 	cmd.Env = withoutRankEnv()
