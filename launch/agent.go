@@ -386,10 +386,14 @@ func (a *agent) run(ctx context.Context) error {
 	if !lost {
 		a.out.send(frameDone, -1, nil)
 	}
-	if !lost && startErr == nil && p.Restart < p.MaxRestarts {
+	if !lost && startErr == nil {
 		// Whether the job's segments stay depends on what the other hosts
-		// did: wait for the launcher's word, as long as it keeps talking.
-		keep = a.awaitVerdict(verdict, gone, heard, broken, opts.Lost, done)
+		// did: wait for the launcher's word, as long as it keeps talking. It
+		// comes once every host's ranks have ended, so that an agent whose
+		// ranks ended first does not take the job's segments from under
+		// another agent of the job on the same machine that has yet to lock
+		// the job.
+		keep = a.awaitVerdict(verdict, gone, heard, broken, opts.Lost, done) && p.Restart < p.MaxRestarts
 	}
 	return startErr
 }
