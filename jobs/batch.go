@@ -57,6 +57,11 @@ func BatchScript(s *Spec, b Batch) (string, error) {
 		opt("--ntasks-per-node=%d", sl.NTasksPerNode)
 	}
 	opt("--cpus-per-task=%d", sl.CPUsPerTask)
+	if s.Launch.Restarts > 0 {
+		// A node that fails does not end the allocation: the next
+		// generation runs on the nodes left (launch.min_np) or on the same.
+		opt("--no-kill")
+	}
 	if sl.GPUsPerNode > 0 {
 		opt("--gpus-per-node=%d", sl.GPUsPerNode)
 	}

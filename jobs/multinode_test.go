@@ -495,6 +495,129 @@ func TestMultiNodeDeadNode(t *testing.T) {
 	}
 }
 
+// TestMultiNodeElastic: np = 6, min_np = 4, restarts = 1, two ranks on each
+// of three nodes; a node dies in the middle of AllReduce (its slurmd, and
+// the job's processes there). gearrun stops the step, finds the node gone,
+// and starts the next generation on the two nodes left: 4 ranks, which pass
+// their AllReduces, and the job ends 0. No rank process is left on any node,
+// and the job is COMPLETED once the node is back.
+func TestMultiNodeElastic(t *testing.T) {
+	nodes := jobstest.RequireNodes(t, 3)
+	dir := t.TempDir()
+	bin := multinodeBinary(t)
+	spec := multinodeSpec(t, "mn-elastic", 2, "", "hold", dir)
+	b, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(string(b), "np = 6\n", "np = 6\nmin_np = 4\nrestarts = 1\n", 1)
+	if err := os.WriteFile(spec, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := submit(t, spec)
+	pids := map[int]int{}
+	var victimNode string
+	deadline := time.Now().Add(jobstest.WaitLimit)
+	for len(pids) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+		for r := range 6 {
+			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+				pids[r], _ = strconv.Atoi(f[1])
+				if r == 2 {
+					victimNode = f[0]
+				}
+			}
+		}
+	}
+	netns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pids[2]))
+	own, _ := os.Readlink("/proc/self/ns/net")
+	if err != nil || netns == own {
+		t.Skipf("rank 2 is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", netns, err)
+	}
+	scontrol := func(args ...string) {
+		if out, err := exec.Command("scontrol", args...).CombinedOutput(); err != nil {
+			t.Errorf("scontrol %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	scontrol("update", "nodename="+victimNode, "state=drain", "reason=gear-test-elastic")
+	revived := false
+	revive := func() {
+		if revived {
+			return
+		}
+		revived = true
+		cmd := exec.Command("../scripts/slurm-local.sh", "up", "--nodes", strconv.Itoa(len(nodes)))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("scripts/slurm-local.sh up: %v\n%s", err, out)
+		}
+		exec.Command("scontrol", "update", "nodename="+victimNode, "state=resume").Run()
+	}
+	t.Cleanup(revive)
+	time.Sleep(500 * time.Millisecond)
+	start := time.Now()
+	for _, pid := range processesIn(netns) {
+		name := processName(pid)
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if name == "slurmd" || strings.Contains(string(cmdline), "["+j.SlurmID+".") ||
+			strings.Contains("\x00"+string(environ), "\x00SLURM_JOB_ID="+j.SlurmID+"\x00") {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	var log string
+	var endedAt time.Duration
+	for time.Since(start) < 90*time.Second {
+		if log = j.Logs(); strings.Contains(log, "gearrun: job mn-elastic completed") || strings.Contains(log, "gearrun: job mn-elastic failed") {
+			endedAt = time.Since(start)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("node %s killed; gearrun ended after %v", victimNode, endedAt)
+	if !strings.Contains(log, "gearrun: job mn-elastic completed: 4 ranks exited with status 0") {
+		t.Fatalf("the job did not complete with 4 ranks; log:\n%s", log)
+	}
+	m := regexp.MustCompile(`(?m)gearrun: restart 1 of 1: .*; node (\S+) lost; next world: 4 ranks on (\S+),(\S+)$`).FindStringSubmatch(log)
+	if m == nil || m[1] != victimNode || m[2] == victimNode || m[3] == victimNode {
+		t.Errorf("no restart line naming node %s and the next world; log:\n%s", victimNode, log)
+	} else {
+		t.Log(m[0])
+	}
+	for r := range 4 {
+		line := regexp.MustCompile(fmt.Sprintf(`MN hold rank %d/4 generation 1 node (\S+): 20 allreduces`, r)).FindStringSubmatch(log)
+		if line == nil || line[1] == victimNode {
+			t.Errorf("rank %d of generation 1: %q; log:\n%s", r, line, log)
+		}
+		if !regexp.MustCompile(fmt.Sprintf(`MN rank %d/4 node \S+ \(\d/2\) local \d/2 `, r)).MatchString(log) {
+			t.Errorf("rank %d of generation 1 does not see a world of 4 on 2 nodes; log:\n%s", r, log)
+		}
+	}
+	if regexp.MustCompile(`MN rank [45]/`).MatchString(log[strings.Index(log, "gearrun: restart 1 of 1"):]) {
+		t.Errorf("a rank 4 or 5 after the restart; log:\n%s", log)
+	}
+	b, err = os.ReadFile(filepath.Join(StateDir(j.StateDir).JobDir(j.GearID), ExitFile))
+	if code := strings.TrimSpace(string(b)); err != nil || code != "0" {
+		t.Errorf("the batch script recorded exit %q (%v), want 0", code, err)
+	}
+	if left := processesOf(bin); len(left) > 0 {
+		t.Errorf("rank processes left: %v", left)
+	}
+	revive()
+	state := ""
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if state = j.SlurmState(); state == "COMPLETED" {
+			break
+		}
+	}
+	if state != "COMPLETED" {
+		t.Errorf("SLURM state %q once the node is back, want COMPLETED", state)
+	}
+}
+
 // processesIn lists the processes in network namespace netns ("net:[...]").
 func processesIn(netns string) []int {
 	var out []int

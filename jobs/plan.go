@@ -56,6 +56,8 @@ func (s *Spec) Request(specPath string, opts ...PlanOption) (launch.Request, err
 		g := launch.Group{Role: ro.Name, NP: ro.NP, Argv: ro.Command, Bind: s.gpuRequest(ro)}
 		if len(s.Groups) > 0 {
 			g.Env = envList(s.Groups[i].Env)
+		} else {
+			g.MinNP = s.Launch.MinNP
 		}
 		binds = binds || g.Bind != nil
 		req.Groups = append(req.Groups, g)

@@ -135,9 +135,10 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		defer cancel()
 	}
 	var res *Result
+	nodes, world := hosts, s.WorldSize()
 	for gen := 0; ; gen++ {
 		g := slurmGeneration{sr: sr, s: s, gen: gen, jobID: jobID, token: token, slurmID: slurmID,
-			hosts: hosts, firstAddr: firstAddr, specPath: specPath, ckpt: ckpt,
+			hosts: nodes, allocation: hosts, world: world, firstAddr: firstAddr, specPath: specPath, ckpt: ckpt,
 			getenv: getenv, logger: logger, stdout: stdout, stderr: stderr}
 		var err error
 		res, listen, err = g.run(ctx, runCtx, listen, port)
@@ -147,7 +148,26 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		if res.ExitCode == 0 || !g.restartable || gen >= s.Launch.Restarts || ctx.Err() != nil || runCtx.Err() != nil {
 			break
 		}
-		fmt.Fprintf(stderr, "gearrun: restart %d of %d: %s\n", gen+1, s.Launch.Restarts, g.cause)
+		next := ""
+		if g.stuck {
+			// A node gone with its slurmd: the next step runs on the
+			// nodes of the allocation that still answer.
+			dead := sr.deadNodes(runCtx, nodes, s.Launch.Grace.D(), logger)
+			if len(dead) > 0 {
+				left := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(dead, n) })
+				w, err := shrunkWorld(s, len(hosts), len(left))
+				if err != nil {
+					res.Message = fmt.Sprintf("%s; node %s lost: %v", res.Message, strings.Join(dead, ","), err)
+					break
+				}
+				nodes, world = left, w
+				if first := nodeAddr(ctx, nodes[0]); first != "" {
+					firstAddr = first
+				}
+				next = fmt.Sprintf("; node %s lost; next world: %d ranks on %s", strings.Join(dead, ","), world, strings.Join(nodes, ","))
+			}
+		}
+		fmt.Fprintf(stderr, "gearrun: restart %d of %d: %s%s\n", gen+1, s.Launch.Restarts, g.cause, next)
 	}
 	fmt.Fprintf(stderr, "gearrun: %s\n", res.Message)
 	if sr.JobDir != "" {
@@ -158,6 +178,69 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
+// shrunkWorld is the size of a world on left of the allocation's nodes
+// nodes: as many ranks as they hold (slurm.ntasks_per_node each, else the
+// first world's share of a node) up to launch.np, if that is the job's size
+// or, for an elastic job (launch.min_np), at least min_np.
+func shrunkWorld(s *Spec, nodes, left int) (int, error) {
+	np := s.WorldSize()
+	perNode := s.Slurm.NTasksPerNode
+	if perNode == 0 {
+		perNode = (np + nodes - 1) / nodes
+	}
+	w := min(np, perNode*left)
+	switch {
+	case left == 0:
+		return 0, fmt.Errorf("no node is left")
+	case s.Launch.MinNP > 0 && w < s.Launch.MinNP:
+		return 0, fmt.Errorf("%d nodes left hold %d ranks, fewer than the %d the job needs at least (launch.min_np)", left, w, s.Launch.MinNP)
+	case s.Launch.MinNP == 0 && w < np:
+		return 0, fmt.Errorf("%d nodes left hold %d ranks, fewer than the job's %d (launch.min_np makes its size elastic)", left, w, np)
+	}
+	return w, nil
+}
+
+// probeWait bounds how long a node of the allocation may take to run a
+// probe before deadNodes takes it for dead.
+const probeWait = 10 * time.Second
+
+// deadNodes runs a one-task probe step (`true`) on each of nodes at once,
+// overlapping whatever SLURM still counts as running there, and returns
+// those where it fails or does not end within probeWait (or grace, if
+// longer): nodes whose slurmd is gone.
+func (sr *SlurmRun) deadNodes(ctx context.Context, nodes []string, grace time.Duration, logger *slog.Logger) []string {
+	srun := sr.Srun
+	if srun == "" {
+		srun = "srun"
+	}
+	wait := max(probeWait, grace)
+	dead := make([]bool, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, wait)
+			defer cancel()
+			cmd := exec.CommandContext(pctx, srun, "--overlap", "--nodelist="+n, "--nodes=1", "--ntasks=1", "--cpus-per-task=1", "--kill-on-bad-exit=1", "true")
+			cmd.WaitDelay = time.Second
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				logger.Info("node does not answer a probe", "node", n, "err", err, "output", strings.TrimSpace(string(out)))
+				dead[i] = true
+			}
+		}()
+	}
+	wg.Wait()
+	var out []string
+	for i, n := range nodes {
+		if dead[i] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // slurmGeneration is one world of a job under SLURM: one coordinator of its
 // generation and one srun step.
 type slurmGeneration struct {
@@ -165,12 +248,15 @@ type slurmGeneration struct {
 	s                         *Spec
 	gen                       int
 	jobID, token, slurmID     string
-	hosts                     []string
+	hosts                     []string // the step's nodes
+	allocation                []string // the allocation's nodes
+	world                     int      // the step's ranks
 	firstAddr, specPath, ckpt string
 	getenv                    func(string) string
 	logger                    *slog.Logger
 	stdout, stderr            io.Writer
 	restartable               bool   // a rank failed: the world may start again
+	stuck                     bool   // srun did not end after a loss: a node may be gone
 	cause                     string // the failure, for the restart line
 }
 
@@ -180,7 +266,7 @@ type slurmGeneration struct {
 // the result and that address.
 func (g *slurmGeneration) run(ctx, runCtx context.Context, listen string, port int) (*Result, string, error) {
 	sr, s, stderr := g.sr, g.s, g.stderr
-	world := s.WorldSize()
+	world := g.world
 	w := newStepWatch()
 	var rdzvFailed atomic.Bool
 	cfg := rank.CoordinatorConfig{
@@ -198,7 +284,7 @@ func (g *slurmGeneration) run(ctx, runCtx context.Context, listen string, port i
 		},
 		OnLost: func(r int, reason string) {
 			who := fmt.Sprintf("rank %d", r)
-			if node := nodeOfRank(g.hosts, g.getenv(rank.EnvSlurmTasksPerNode), r); node != "" {
+			if node := g.nodeOfRank(r); node != "" {
 				who += " on " + node
 			}
 			fmt.Fprintf(stderr, "gearrun: lost %s: %s\n", who, reason)
@@ -247,8 +333,17 @@ func (g *slurmGeneration) run(ctx, runCtx context.Context, listen string, port i
 		"--distribution=block",
 		"--kill-on-bad-exit=1",
 		"--label",
-		sr.Gearrun,
 	}
+	if len(g.hosts) < len(g.allocation) {
+		// The nodes of the allocation left after a node was lost; the lost
+		// one's last step may still count as running to SLURM.
+		args[1] = "--nodes=" + strconv.Itoa(len(g.hosts))
+		args = append(args, "--nodelist="+strings.Join(g.hosts, ","), "--overlap")
+		if n := s.Slurm.NTasksPerNode; n > 0 {
+			args = append(args, "--ntasks-per-node="+strconv.Itoa(n))
+		}
+	}
+	args = append(args, sr.Gearrun)
 	args = append(args, taskArgs...)
 	if sr.JobDir != "" {
 		args = append(args, "--job-dir", sr.JobDir)
@@ -317,7 +412,7 @@ func (g *slurmGeneration) run(ctx, runCtx context.Context, listen string, port i
 			res.ExitCode = firstFailure(res.FailedRanks).Status
 		}
 		res.Message = fmt.Sprintf("job %s failed: %s", s.Name, stuck.lost)
-		g.restartable, g.cause = !rdzvFailed.Load(), stuck.lost
+		g.restartable, g.cause, g.stuck = !rdzvFailed.Load(), stuck.lost, true
 	default:
 		res.ExitCode = 1
 		var exit *exec.ExitError
@@ -411,6 +506,19 @@ type stuckStepError struct {
 
 func (e *stuckStepError) Error() string { return e.lost + ": srun: " + e.err.Error() }
 func (e *stuckStepError) Unwrap() error { return e.err }
+
+// nodeOfRank names the node of rank r in the generation's step.
+func (g *slurmGeneration) nodeOfRank(r int) string {
+	tpn := g.getenv(rank.EnvSlurmTasksPerNode)
+	if len(g.hosts) < len(g.allocation) {
+		per := g.s.Slurm.NTasksPerNode
+		if per == 0 {
+			per = (g.world + len(g.hosts) - 1) / len(g.hosts)
+		}
+		tpn = fmt.Sprintf("%d(x%d)", per, len(g.hosts))
+	}
+	return nodeOfRank(g.hosts, tpn, r)
+}
 
 // nodeOfRank names the node of rank r in a step placed in blocks over hosts
 // with SLURM_TASKS_PER_NODE tasksPerNode; "" when they do not say.
@@ -641,7 +749,10 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("jobs: run --slurm-task: %s is not set; srun starts these tasks", rank.EnvSlurmProcID)
 	}
 	s := t.Spec
-	if info.Size != s.WorldSize() {
+	if info.Size != s.WorldSize() && (s.Launch.MinNP == 0 || info.Size < s.Launch.MinNP || info.Size > s.WorldSize()) {
+		if s.Launch.MinNP > 0 {
+			return 0, fmt.Errorf("jobs: run --slurm-task: srun started %d tasks but the spec has %d to %d ranks", info.Size, s.Launch.MinNP, s.WorldSize())
+		}
 		return 0, fmt.Errorf("jobs: run --slurm-task: srun started %d tasks but the spec has %d ranks", info.Size, s.WorldSize())
 	}
 	role, roleRank, _ := s.RoleOf(info.Rank)
@@ -832,7 +943,11 @@ func taskTorchEnv(info rank.Info, s *Spec, lookup func(string) (string, bool)) (
 		return rank.TorchEnv{}, fmt.Errorf("%s and %s are not set; gearrun run --slurm sets them for [launch] torch_env", rank.EnvTorchMasterAddr, rank.EnvTorchMasterPort)
 	}
 	ro, _, _ := s.RoleOf(info.Rank)
-	t, err := rank.TorchEnvOf(info, ro.NP, net.JoinHostPort(addr, port))
+	roleSize := ro.NP
+	if s.Launch.MinNP > 0 {
+		roleSize = info.Size // an elastic job of one role: this world's size
+	}
+	t, err := rank.TorchEnvOf(info, roleSize, net.JoinHostPort(addr, port))
 	t.RestartCount, t.MaxRestarts = info.Restart, s.Launch.Restarts
 	return t, err
 }

@@ -538,3 +538,27 @@ command = ["sh", "-c", "echo \"gen $GEAR_RESTART_COUNT torch $TORCHELASTIC_RESTA
 		}
 	}
 }
+
+func TestShrunkWorld(t *testing.T) {
+	spec := func(np, minNP, perNode int) *Spec {
+		return &Spec{Launch: Launch{NP: np, MinNP: minNP, Restarts: 1}, Slurm: Slurm{Nodes: 3, NTasksPerNode: perNode}}
+	}
+	for _, tc := range []struct {
+		s           *Spec
+		nodes, left int
+		want        int
+		err         string
+	}{
+		{spec(6, 4, 2), 3, 2, 4, ""},
+		{spec(6, 4, 2), 3, 3, 6, ""},
+		{spec(6, 5, 2), 3, 2, 0, "2 nodes left hold 4 ranks, fewer than the 5 the job needs at least (launch.min_np)"},
+		{spec(6, 0, 2), 3, 2, 0, "2 nodes left hold 4 ranks, fewer than the job's 6 (launch.min_np makes its size elastic)"},
+		{spec(5, 2, 0), 3, 2, 4, ""}, // 2 a node, as the first world's share
+		{spec(6, 4, 2), 3, 0, 0, "no node is left"},
+	} {
+		got, err := shrunkWorld(tc.s, tc.nodes, tc.left)
+		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && err.Error() != tc.err {
+			t.Errorf("shrunkWorld(np %d min %d, %d of %d nodes) = %d, %v; want %d, %q", tc.s.Launch.NP, tc.s.Launch.MinNP, tc.left, tc.nodes, got, err, tc.want, tc.err)
+		}
+	}
+}

@@ -31,6 +31,13 @@ type Launch struct {
 	// NP is the number of ranks of an SPMD job (default 1). With [[group]]s it is
 	// either 0 or the sum of the groups' np.
 	NP int `toml:"np,omitempty"`
+	// MinNP, when set, makes the job's size elastic, as gearrun's -np
+	// MIN:MAX: np is MAX, min_np MIN. Under SLURM, a generation after a node
+	// was lost runs on the allocation's nodes left, as many ranks as they
+	// hold (slurm.ntasks_per_node each) up to np, if that is at least
+	// min_np. Only for a job of one group (no [[group]]), with restarts.
+	// 0: the size is np, fixed.
+	MinNP int `toml:"min_np,omitempty"`
 	// Command is the program and its arguments, e.g. ["./bin/hello", "-n", "3"];
 	// relative paths are relative to the directory gearrun runs in. Empty with
 	// [[group]]s.

@@ -127,6 +127,18 @@ func (v *validator) launch(l *Launch, mpmd bool, world int) {
 	if l.Restarts < 0 {
 		v.add("launch.restarts", "must not be negative, got %d (0 means none)", l.Restarts)
 	}
+	if l.MinNP != 0 {
+		switch {
+		case mpmd:
+			v.add("launch.min_np", "is for a job of one group; leave it out with [[group]]")
+		case l.MinNP < 1 || l.MinNP > l.NP:
+			v.add("launch.min_np", "must be from 1 to launch.np (%d), got %d", l.NP, l.MinNP)
+		case l.Restarts == 0:
+			v.add("launch.min_np", "needs launch.restarts: the world shrinks only when it starts again")
+		case l.GPUsPerRank != 0:
+			v.add("launch.min_np", "cannot be combined with launch.gpus_per_rank yet")
+		}
+	}
 	if strings.ContainsAny(l.CheckpointDir, "\x00\n") {
 		v.add("launch.checkpoint_dir", "must not contain NUL or newline")
 	}

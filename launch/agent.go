@@ -24,9 +24,12 @@ import (
 //
 //   - launcher to agent: one line of JSON (an AgentJob, the token inside: it
 //     travels through ssh, never on a command line), then control lines,
-//     "signal N" (deliver signal N to every rank's process group). The end of
-//     the agent's stdin means the launcher or the connection is gone: the agent
-//     kills its ranks' process groups and exits.
+//     "signal N" (deliver signal N to every rank's process group), "ping",
+//     and, once every host has reported its ranks' ends, the generation's
+//     fate: "next" (a new generation follows: remove only the dead world's
+//     segments, RemoveGenerationSegments) or "end". The end of the agent's
+//     stdin means the launcher or the connection is gone: the agent kills its
+//     ranks' process groups and exits.
 //   - agent to launcher: frames of a 9-byte header (kind, rank as uint32, payload
 //     length as uint32, big-endian) and a payload. Output frames hold whole
 //     lines of one rank's stdout or stderr.
@@ -251,8 +254,16 @@ func (a *agent) run(ctx context.Context) error {
 	if err != nil {
 		return agentFailed(a.out, -1, fmt.Errorf("launch: agent on %s: %w", a.job.Host, err))
 	}
+	keep := false // the launcher said a next generation follows
 	defer func() {
 		lock.Close()
+		if keep {
+			// The job goes on: its store shards stay for the next
+			// generation's ranks; the dead world's channels go.
+			removed, _ := RemoveGenerationSegments(opts.ShmDir, p.JobID)
+			a.log.Debug("launch: agent: removed the segments of the generation", "segments", len(removed))
+			return
+		}
 		// The last agent of the job on this machine (several may share it)
 		// removes the job's segments.
 		if !rank.JobAlive(opts.RuntimeDir, p.JobID) {
@@ -280,6 +291,7 @@ func (a *agent) run(ctx context.Context) error {
 
 	// Control lines, pings, and the end of the connection.
 	ctrl := make(chan syscall.Signal, 4)
+	verdict := make(chan string, 1)
 	gone := make(chan struct{})
 	heard := make(chan struct{}, 1)
 	go func() {
@@ -290,9 +302,16 @@ func (a *agent) run(ctx context.Context) error {
 			case heard <- struct{}{}:
 			default:
 			}
-			if f, ok := strings.CutPrefix(strings.TrimSpace(line), "signal "); ok {
+			word := strings.TrimSpace(line)
+			if f, ok := strings.CutPrefix(word, "signal "); ok {
 				if n, err := strconv.Atoi(f); err == nil && n > 0 && n < 65 {
 					ctrl <- syscall.Signal(n)
+				}
+			}
+			if word == "next" || word == "end" {
+				select {
+				case verdict <- word:
+				default:
 				}
 			}
 			if err != nil {
@@ -367,7 +386,48 @@ func (a *agent) run(ctx context.Context) error {
 	if !lost {
 		a.out.send(frameDone, -1, nil)
 	}
+	if !lost && startErr == nil {
+		// Whether the job's segments stay depends on what the other hosts
+		// did: wait for the launcher's word, as long as it keeps talking. It
+		// comes once every host's ranks have ended, so that an agent whose
+		// ranks ended first does not take the job's segments from under
+		// another agent of the job on the same machine that has yet to lock
+		// the job.
+		keep = a.awaitVerdict(verdict, gone, heard, broken, opts.Lost, done) && p.Restart < p.MaxRestarts
+	}
 	return startErr
+}
+
+// awaitVerdict waits for the launcher's word on the generation and reports
+// whether it is "next". Silence, the end of the connection or a signal of
+// loss mean the end.
+func (a *agent) awaitVerdict(verdict <-chan string, gone <-chan struct{}, heard <-chan struct{}, broken <-chan struct{}, lostSig <-chan os.Signal, done <-chan struct{}) bool {
+	silence := time.NewTimer(agentSilence)
+	defer silence.Stop()
+	for {
+		select {
+		case v := <-verdict:
+			return v == "next"
+		case <-heard:
+			silence.Reset(agentSilence)
+		case <-gone:
+			// The word may have come with the end of the stream.
+			select {
+			case v := <-verdict:
+				return v == "next"
+			default:
+				return false
+			}
+		case <-broken:
+			return false
+		case <-lostSig:
+			return false
+		case <-done:
+			return false
+		case <-silence.C:
+			return false
+		}
+	}
 }
 
 // spawn starts rank r.

@@ -26,6 +26,9 @@ import (
 
 const envAgentProcess = "GEAR_TEST_AGENT_PROCESS"
 
+// envAgentShm is the agents' shared-memory directory ("": /dev/shm).
+const envAgentShm = "GEAR_TEST_AGENT_SHM"
+
 // TestAgentProcess is the agent when the test binary is started as one.
 func TestAgentProcess(t *testing.T) {
 	if os.Getenv(envAgentProcess) == "" {
@@ -34,7 +37,7 @@ func TestAgentProcess(t *testing.T) {
 	lost := make(chan os.Signal, 1)
 	signal.Notify(lost, syscall.SIGTERM, syscall.SIGHUP)
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
-	err := RunAgent(context.Background(), AgentOptions{In: os.Stdin, Out: os.Stdout, Lost: lost})
+	err := RunAgent(context.Background(), AgentOptions{In: os.Stdin, Out: os.Stdout, Lost: lost, ShmDir: os.Getenv(envAgentShm)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)

@@ -24,6 +24,9 @@ func (p *Plan) shownRdzvAddr() string {
 func (p *Plan) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "job %s: %d ranks on %d node(s)\n", p.JobID, len(p.Ranks), p.NumNodes)
+	if p.MinSize > 0 {
+		fmt.Fprintf(&b, "elastic size: %d to %d ranks (-np %d:%d)\n", p.MinSize, p.MaxSize, p.MinSize, p.MaxSize)
+	}
 	fmt.Fprintf(&b, "rendezvous %s, timeout %v, token %s\n", p.shownRdzvAddr(), time.Duration(p.RdzvTimeout), maskedToken)
 	if p.TorchEnv {
 		port := "(a free port reserved at launch)"

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,8 +19,8 @@ import (
 type Host struct {
 	// Name is how ssh reaches the host ("node1", "user@node1", "10.0.0.2"); the
 	// host's ranks get it as GEAR_NODE_NAME.
-	Name  string
-	Slots int
+	Name  string `json:"name"`
+	Slots int    `json:"slots"`
 }
 
 // String is the host in -H syntax ("node1:2").
@@ -151,10 +152,17 @@ func (p *Plan) PlaceOnHosts(hosts []Host) error {
 		}
 		total += h.Slots
 	}
+	if len(p.Ranks) > total && p.MinSize > 0 && total >= p.MinSize {
+		// An elastic job takes the slots there are.
+		p.resize(total)
+	}
 	if len(p.Ranks) > total {
 		list := make([]string, len(hosts))
 		for i, h := range hosts {
 			list[i] = h.String()
+		}
+		if p.MinSize > 0 {
+			return fmt.Errorf("launch: -np %d:%d: at least %d ranks but the hosts have %d slots (%s)", p.MinSize, p.MaxSize, p.MinSize, total, strings.Join(list, ","))
 		}
 		return fmt.Errorf("launch: %d ranks but the hosts have %d slots (%s)", len(p.Ranks), total, strings.Join(list, ","))
 	}
@@ -167,6 +175,7 @@ func (p *Plan) PlaceOnHosts(hosts []Host) error {
 		}
 	}
 	p.Hosts = nil
+	p.HostSlots = append([]Host(nil), hosts...)
 	next := 0
 	for _, h := range hosts {
 		if next == len(p.Ranks) {
@@ -191,6 +200,70 @@ func (p *Plan) PlaceOnHosts(hosts []Host) error {
 		}
 	}
 	return nil
+}
+
+// Survivors returns the plan of a world without the hosts gone: placed on
+// the job's other hosts (HostSlots, in order), with the same number of ranks
+// if their slots hold them, else, for an elastic plan, as many as they hold
+// if that is at least MinSize. The error names what is left and what the
+// job needs. p is left as it is.
+func (p *Plan) Survivors(gone []string) (*Plan, error) {
+	var left []Host
+	total := 0
+	for _, h := range p.HostSlots {
+		if !slices.Contains(gone, h.Name) {
+			left = append(left, h)
+			total += h.Slots
+		}
+	}
+	want, need := len(p.Ranks), len(p.Ranks)
+	if p.MinSize > 0 {
+		want, need = p.MaxSize, p.MinSize
+	}
+	if total < need {
+		names := make([]string, len(left))
+		for i, h := range left {
+			names[i] = h.String()
+		}
+		where := "no host is left"
+		if len(left) > 0 {
+			where = fmt.Sprintf("%d slots are left (%s)", total, strings.Join(names, ","))
+		}
+		if p.MinSize > 0 {
+			return nil, fmt.Errorf("%s, fewer than the %d ranks the job needs at least (-np %d:%d)", where, p.MinSize, p.MinSize, p.MaxSize)
+		}
+		return nil, fmt.Errorf("%s, fewer than the job's %d ranks", where, need)
+	}
+	q := *p
+	q.Ranks = slices.Clone(p.Ranks)
+	q.Roles = slices.Clone(p.Roles)
+	for i := range q.Roles {
+		q.Roles[i].Ranks = slices.Clone(p.Roles[i].Ranks)
+	}
+	q.resize(min(want, total))
+	if err := q.PlaceOnHosts(left); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}
+
+// resize gives an elastic plan (one group) n ranks, alike but for their
+// numbers.
+func (p *Plan) resize(n int) {
+	if n == len(p.Ranks) || len(p.Ranks) == 0 {
+		return
+	}
+	tmpl := p.Ranks[0]
+	ranks := make([]RankSpec, n)
+	role := make([]int, n)
+	for i := range ranks {
+		r := tmpl
+		r.Argv = slices.Clone(tmpl.Argv)
+		r.Rank, r.RoleRank, r.LocalRank, r.LocalSize = i, i, i, n
+		ranks[i], role[i] = r, i
+	}
+	p.Ranks = ranks
+	p.Roles = []RoleSpec{{Name: tmpl.Role, Ranks: role}}
 }
 
 // HostRanks returns the ranks the plan puts on host (PlaceOnHosts).

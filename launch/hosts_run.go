@@ -45,7 +45,20 @@ type Remote struct {
 // host whose agent or ssh connection ends before its ranks did is lost: the
 // job fails with an error naming the host and its ranks (exit code
 // ExitLaunchFailed), and the other hosts are stopped. An agent whose
-// connection ends kills its ranks' process groups. Options.Stdin,
+// connection ends kills its ranks' process groups.
+//
+// With Plan.MaxRestarts, a rank's failure or a lost host stops every host as
+// above, and then the next generation starts: a coordinator of that
+// generation where the first listened, and new agents over ssh. A host lost
+// while its ranks ran (its agent or connection gone, or cut off) is not part
+// of the next generation: the plan is placed again on the hosts left
+// (Plan.Survivors), with as many ranks if their slots hold them, else, for an
+// elastic plan, as many as they hold down to Plan.MinSize; below that the
+// job ends. A rank's failure alone restarts the world on the same hosts. Between generations
+// each agent removes its host's collective and role-channel segments of the
+// dead world and keeps the job's others (RemoveGenerationSegments).
+//
+// Options.Stdin,
 // RuntimeDir, ShmDir, Limits and BaseEnv concern this machine and are unused:
 // the ranks read /dev/null and inherit their agent's environment.
 func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result, error) {
@@ -54,11 +67,6 @@ func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result
 	}
 	if rem.Gearrun == "" {
 		return nil, errors.New("launch: no gearrun command for the hosts")
-	}
-	if p.MaxRestarts > 0 {
-		// Refused rather than ignored: a job that asked for restarts must not
-		// end at its first failure believing it had them.
-		return nil, fmt.Errorf("launch: max restarts %d: a job on hosts (-H, --hostfile) runs one generation; restarts are for jobs on this machine and under SLURM", p.MaxRestarts)
 	}
 	j, err := newJob(p, opts)
 	if err != nil {
@@ -70,7 +78,7 @@ func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result
 	if rem.Dir == "" {
 		rem.Dir, _ = os.Getwd()
 	}
-	hj := &hostJob{job: j, rem: rem, events: make(chan hostEvent, 64), coordLost: make(chan lostRank, len(p.Ranks))}
+	hj := &hostJob{job: j, rem: rem}
 	return hj.run(ctx)
 }
 
@@ -87,7 +95,20 @@ type hostJob struct {
 	exited []bool
 	// coordLost: ranks the coordinator lost (OnLost).
 	coordLost chan lostRank
+	// verdict is the current generation's fate, told to the agents once
+	// every host has reported its ranks' ends: verdictNext, verdictEnd, or 0
+	// before it is known.
+	verdict int
+	// next is the world of the next generation (verdictNext).
+	next *Plan
+	// restartLine says what the restart does, printed when it is decided.
+	restartLine string
 }
+
+const (
+	verdictNext = 1 + iota
+	verdictEnd
+)
 
 type lostRank struct {
 	rank   int
@@ -132,9 +153,7 @@ type hostEvent struct {
 const hostEnded = 'E'
 
 func (hj *hostJob) run(ctx context.Context) (*Result, error) {
-	p := hj.plan
-	n := len(p.Ranks)
-	hj.exited = make([]bool, n)
+	hj.holdRestartLine = true
 	if err := hj.openSinks(); err != nil {
 		return hj.setupFailed(err)
 	}
@@ -143,9 +162,52 @@ func (hj *hostJob) run(ctx context.Context) (*Result, error) {
 			f.Close()
 		}
 	}()
-	var err error
-	hj.coord, err = rank.NewCoordinator(rank.CoordinatorConfig{
-		Addr: p.RdzvAddr, JobID: p.JobID, Token: p.Token, Size: n,
+	if hj.opts.Timeout > 0 {
+		t := time.NewTimer(hj.opts.Timeout)
+		defer t.Stop()
+		hj.timeout = t.C
+	}
+	listen := hj.plan.RdzvAddr
+	for gen := 0; ; gen++ {
+		var err error
+		if listen, err = hj.generation(ctx, gen, listen); err != nil {
+			if gen == 0 {
+				return hj.setupFailed(err)
+			}
+			hj.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
+			break
+		}
+		if hj.verdict != verdictNext || !hj.restarting {
+			break // a signal after the verdict ends the job all the same
+		}
+		hj.res.Restarts++
+		hj.plan = hj.next
+	}
+	res := hj.res
+	if hj.cause != "" {
+		res.Cause, res.ExitCode = hj.cause, hj.code
+		return res, &JobError{Cause: hj.cause, Code: hj.code, Announced: hj.announced}
+	}
+	return res, nil
+}
+
+// generation runs one world of the job: its coordinator, listening on
+// listen (the first generation's address for later ones, so that a
+// straggler of an older world reaches the coordinator that refuses it by
+// name), and an agent on each of its hosts. It returns the address the
+// coordinator listened on; the error is for a coordinator that could not
+// listen.
+func (hj *hostJob) generation(ctx context.Context, gen int, listen string) (string, error) {
+	p := hj.plan
+	n := len(p.Ranks)
+	hj.newGeneration(gen)
+	hj.exited = make([]bool, n)
+	hj.events = make(chan hostEvent, 64)
+	hj.coordLost = make(chan lostRank, n)
+	hj.hosts = nil
+	hj.verdict, hj.next, hj.restartLine = 0, nil, ""
+	cfg := rank.CoordinatorConfig{
+		Addr: listen, JobID: p.JobID, Token: p.Token, Size: n, Generation: gen,
 		Timeout: time.Duration(p.RdzvTimeout), Logger: hj.log, ExitReports: true,
 		OnFail: func(err error) {
 			select {
@@ -159,12 +221,20 @@ func (hj *hostJob) run(ctx context.Context) (*Result, error) {
 			default:
 			}
 		},
-	})
-	if err != nil {
-		return hj.setupFailed(err)
 	}
-	defer hj.coord.Close()
-	rdzv := hj.coord.Addr()
+	coord, err := rank.NewCoordinator(cfg)
+	if err != nil && gen > 0 && listen != p.RdzvAddr {
+		hj.log.Debug("launch: the first generation's rendezvous address is taken; listening anew", "addr", listen, "err", err)
+		cfg.Addr = p.RdzvAddr
+		coord, err = rank.NewCoordinator(cfg)
+	}
+	if err != nil {
+		return listen, err
+	}
+	hj.coord = coord
+	defer coord.Close()
+	listen = coord.Addr()
+	rdzv := listen
 	if host, port, err := net.SplitHostPort(rdzv); err == nil {
 		if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 			// Listening everywhere, as asked: the hosts dial the address on
@@ -183,7 +253,7 @@ func (hj *hostJob) run(ctx context.Context) (*Result, error) {
 	if p.TorchEnv {
 		hj.res.MasterAddr = net.JoinHostPort(p.MasterAddr, strconv.Itoa(p.MasterPort))
 	}
-	hj.log.Debug("launch: coordinator listening", "job", p.JobID, "rdzv", rdzv, "ranks", n, "hosts", len(p.Hosts))
+	hj.log.Debug("launch: coordinator listening", "job", p.JobID, "generation", gen, "rdzv", rdzv, "ranks", n, "hosts", len(p.Hosts))
 	for i, name := range p.Hosts {
 		h := &hostConn{index: i, name: name, ranks: p.HostRanks(name), ctl: make(chan string, 16)}
 		hj.hosts = append(hj.hosts, h)
@@ -193,16 +263,80 @@ func (hj *hostJob) run(ctx context.Context) (*Result, error) {
 		}
 	}
 	hj.wait(ctx)
+	hj.decide(ctx)
 	for _, h := range hj.hosts {
 		close(h.ctl)
 	}
 	hj.readers.Wait()
-	res := hj.res
-	if hj.cause != "" {
-		res.Cause, res.ExitCode = hj.cause, hj.code
-		return res, &JobError{Cause: hj.cause, Code: hj.code, Announced: hj.announced}
+	return listen, nil
+}
+
+// settled reports whether every host of the generation has reported its
+// ranks' ends or ended.
+func (hj *hostJob) settled() bool {
+	for _, h := range hj.hosts {
+		if h.cmd != nil && !h.done && !h.ended {
+			return false
+		}
 	}
-	return res, nil
+	return true
+}
+
+// decide settles the generation's fate once: the next generation (a rank
+// failed or a host was lost, restarts remain, the hosts left can hold the
+// job, and no signal, timeout or cancellation came meanwhile) or the end.
+// The agents still connected are told ("next": keep the job's segments but
+// the dead world's; "end"), and the restart's line is printed.
+func (hj *hostJob) decide(ctx context.Context) {
+	if hj.verdict != 0 {
+		return
+	}
+	hj.verdict = verdictEnd
+	if hj.restarting && hj.mayRestart(ctx) {
+		next, line, err := hj.nextWorld()
+		if err != nil {
+			hj.fail(-1, hj.cause+"; "+err.Error(), hj.code)
+		} else {
+			hj.verdict, hj.next = verdictNext, next
+			hj.stderr.write([]byte(fmt.Sprintf("%s: restart %d of %d: %s%s\n", hj.opts.Name, hj.res.Restarts+1, hj.plan.MaxRestarts, hj.cause, line)))
+		}
+	}
+	word := "end\n"
+	if hj.verdict == verdictNext {
+		word = "next\n"
+	}
+	for _, h := range hj.hosts {
+		if h.cmd != nil && !h.ended {
+			select {
+			case h.ctl <- word:
+			default: // the agent does not read; its connection's end ends it
+			}
+		}
+	}
+}
+
+// nextWorld is the plan of the next generation: the same world when every
+// host stays, else the plan resized onto the hosts that remain (Survivors),
+// and the text the restart line adds; the error says why no world is left.
+func (hj *hostJob) nextWorld() (*Plan, string, error) {
+	var gone []string
+	for _, h := range hj.hosts {
+		if h.lost && h.started {
+			gone = append(gone, h.name)
+		}
+	}
+	if len(gone) == 0 {
+		return hj.plan, "", nil
+	}
+	next, err := hj.plan.Survivors(gone)
+	if err != nil {
+		return nil, "", err
+	}
+	ranks := "ranks"
+	if len(next.Ranks) == 1 {
+		ranks = "rank"
+	}
+	return next, fmt.Sprintf("; next world: %d %s on %s", len(next.Ranks), ranks, strings.Join(next.Hosts, ",")), nil
 }
 
 // openSinks makes each rank's output pumps: tagged lines on Stdout and
@@ -385,12 +519,7 @@ func (hj *hostJob) wait(ctx context.Context) {
 			running++
 		}
 	}
-	var timeout <-chan time.Time
-	if hj.opts.Timeout > 0 {
-		t := time.NewTimer(hj.opts.Timeout)
-		defer t.Stop()
-		timeout = t.C
-	}
+	timeout := hj.timeout
 	// grace: from the first stop to SIGKILL of every rank; cut: a grace
 	// later, ssh connections still open (a host that no longer answers) are
 	// cut, which makes their hosts lost.
@@ -449,10 +578,16 @@ func (hj *hostJob) wait(ctx context.Context) {
 			if hj.cause != "" {
 				stop(syscall.SIGTERM)
 			}
+			if running > 0 && hj.settled() {
+				// Every agent still connected waits for the word on the
+				// job's segments.
+				hj.decide(ctx)
+			}
 		case err := <-hj.rdzvFail:
 			hj.fail(-1, strings.TrimPrefix(err.Error(), "rank: "), ExitLaunchFailed)
 			stop(syscall.SIGTERM)
 		case <-timeout:
+			timeout = nil
 			hj.fail(-1, fmt.Sprintf("job timed out after %v", hj.opts.Timeout), ExitTimeout)
 			stop(syscall.SIGTERM)
 		case <-done:
@@ -479,7 +614,7 @@ func (hj *hostJob) wait(ctx context.Context) {
 		case <-cut:
 			cut = nil
 			for _, h := range hj.hosts {
-				if h.cmd != nil && !h.ended {
+				if h.cmd != nil && !h.ended && !h.done {
 					hj.log.Debug("launch: cutting the connection of a host that does not end", "host", h.name)
 					syscall.Kill(-h.cmd.Process.Pid, syscall.SIGKILL)
 				}
@@ -603,7 +738,10 @@ func (hj *hostJob) loseHost(h *hostConn, how string) {
 	first := hj.cause == ""
 	hj.mu.Unlock()
 	if first {
-		hj.fail(-1, cause, ExitLaunchFailed)
+		// A host lost while its ranks ran is the world's failure, like a
+		// rank's: restarts answer it. One that never started them (ssh
+		// cannot reach it) is the launch's.
+		hj.failWorld(-1, cause, ExitLaunchFailed, h.started)
 	} else {
 		hj.stderr.write([]byte(hj.opts.Name + ": " + cause + "\n"))
 	}

@@ -64,7 +64,14 @@ type Group struct {
 	// the same name.
 	Role string
 	NP   int
-	Argv []string
+	// MinNP, if set, makes the job's size elastic (`-np MIN:MAX`, torchrun's
+	// --nnodes MIN:MAX): NP is MAX, MinNP is MIN. On this machine the job
+	// runs NP ranks; on hosts it runs as many as their slots hold, up to NP,
+	// and a generation after a host left runs on the hosts that remain if
+	// they hold at least MinNP (see Plan.MinSize). Only for a job of one
+	// group, without GPU binding. 0: the size is NP, fixed.
+	MinNP int
+	Argv  []string
 	// Env is passed to this group's ranks only, after Request.Env.
 	Env []string
 	// Bind, if set, binds the group's ranks to GPUs as gmi.NewPlan places
@@ -130,6 +137,15 @@ type Plan struct {
 	// Hosts names the job's hosts in node order when its ranks run on other
 	// hosts (PlaceOnHosts); empty for a job on this machine.
 	Hosts []string `json:"hosts,omitempty"`
+	// HostSlots are every host the job was given and its slots, those
+	// without a rank included: where a later generation may run
+	// (Survivors).
+	HostSlots []Host `json:"host_slots,omitempty"`
+	// MinSize and MaxSize bound the size of an elastic job (Group.MinNP):
+	// every generation runs between MinSize and MaxSize ranks. 0: the size
+	// is fixed, len(Ranks).
+	MinSize int `json:"min_size,omitempty"`
+	MaxSize int `json:"max_size,omitempty"`
 	// TorchEnv gives every rank torchrun's variables (rank.TorchEnv), with
 	// MASTER_ADDR and MASTER_PORT naming where rank 0 serves torch's TCPStore.
 	// MasterPort 0 means: a free port that Run reserves on MasterAddr.
@@ -279,6 +295,18 @@ func NewPlan(req Request) (*Plan, error) {
 			return nil, tooManyRanks(req.Groups, i)
 		}
 		size += g.NP
+		if g.MinNP != 0 {
+			if g.MinNP < 1 || g.MinNP > g.NP {
+				return nil, fmt.Errorf("launch: group %d: -np %d:%d: want 1 <= MIN <= MAX", i, g.MinNP, g.NP)
+			}
+			if len(req.Groups) > 1 {
+				return nil, fmt.Errorf("launch: group %d: -np %d:%d: an elastic size is for a job of one group", i, g.MinNP, g.NP)
+			}
+			if g.Bind != nil {
+				return nil, fmt.Errorf("launch: group %d: -np %d:%d: an elastic size cannot be combined with GPU binding", i, g.MinNP, g.NP)
+			}
+			p.MinSize, p.MaxSize = g.MinNP, g.NP
+		}
 	}
 	roleIndex := map[string]int{}
 	for i, g := range req.Groups {

@@ -158,8 +158,11 @@ type job struct {
 	code       int
 	announced  bool
 	restarting bool // the failure is a rank's, and restarts remain
-	terminated bool
-	timeout    <-chan time.Time // Options.Timeout, over every generation
+	// holdRestartLine: the restart's line is printed when the world has
+	// stopped (RunOnHosts: it names the next world), not at the failure.
+	holdRestartLine bool
+	terminated      bool
+	timeout         <-chan time.Time // Options.Timeout, over every generation
 
 	pumps    sync.WaitGroup
 	readEnds []*os.File
@@ -852,15 +855,24 @@ func (j *job) exited(ev exitEvent) {
 // causes; the launcher's own failure (rank -1: a signal, the timeout, a world
 // that did not assemble) ends the job for good, even after such a failure.
 func (j *job) fail(rank int, cause string, code int) {
+	j.failWorld(rank, cause, code, rank >= 0)
+}
+
+// failWorld is fail with the kind of failure said: restartable (a rank's
+// failure, a lost host) or the launcher's own.
+func (j *job) failWorld(rank int, cause string, code int, restartable bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.cause != "" && !(j.restarting && rank < 0) {
+	if j.cause != "" && !(j.restarting && !restartable) {
 		return
 	}
 	j.cause, j.code = cause, code
 	j.res.FailedRank = rank
 	j.announced = true
-	j.restarting = rank >= 0 && j.res.Restarts < j.plan.MaxRestarts
+	j.restarting = restartable && j.res.Restarts < j.plan.MaxRestarts
+	if j.restarting && j.holdRestartLine {
+		return
+	}
 	if j.restarting {
 		j.stderr.write([]byte(fmt.Sprintf("%s: restart %d of %d: %s\n", j.opts.Name, j.res.Restarts+1, j.plan.MaxRestarts, cause)))
 		return

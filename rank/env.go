@@ -153,4 +153,9 @@ const (
 	EnvSlurmNNodes       = "SLURM_JOB_NUM_NODES"
 	EnvSlurmJobID        = "SLURM_JOB_ID"
 	EnvSlurmTasksPerNode = "SLURM_TASKS_PER_NODE"
+	// The step's nodes and tasks, which srun sets for its tasks; they differ
+	// from the allocation's when a step runs on some of its nodes.
+	EnvSlurmStepNodeList     = "SLURM_STEP_NODELIST"
+	EnvSlurmStepNNodes       = "SLURM_STEP_NUM_NODES"
+	EnvSlurmStepTasksPerNode = "SLURM_STEP_TASKS_PER_NODE"
 )

@@ -145,19 +145,32 @@ func FromLookup(lookup func(string) (string, bool)) (Info, error) {
 			info.JobID = "slurm-" + slurmJob
 		}
 		info.Token = get(EnvJobToken)
+		// A step's own variables, where srun sets them, before the
+		// allocation's: a step may run on some of its nodes (a job that
+		// went on without a lost node).
+		nodeList, numNodes, perNode := EnvSlurmNodeList, EnvSlurmNNodes, EnvSlurmTasksPerNode
+		if get(EnvSlurmStepNodeList) != "" {
+			nodeList = EnvSlurmStepNodeList
+		}
+		if get(EnvSlurmStepNNodes) != "" {
+			numNodes = EnvSlurmStepNNodes
+		}
+		if get(EnvSlurmStepTasksPerNode) != "" {
+			perNode = EnvSlurmStepTasksPerNode
+		}
 		var hosts []string
-		if nl := get(EnvSlurmNodeList); nl != "" && p.err == nil {
+		if nl := get(nodeList); nl != "" && p.err == nil {
 			var err error
 			if hosts, err = ParseHostlist(nl); err != nil {
-				p.err = fmt.Errorf("rank: %s: %w", EnvSlurmNodeList, err)
+				p.err = fmt.Errorf("rank: %s: %w", nodeList, err)
 			}
 		}
-		info.NumNodes = p.int(EnvSlurmNNodes, max(len(hosts), 1))
+		info.NumNodes = p.int(numNodes, max(len(hosts), 1))
 		info.LocalSize = info.Size
-		if tpn := get(EnvSlurmTasksPerNode); tpn != "" && p.err == nil {
+		if tpn := get(perNode); tpn != "" && p.err == nil {
 			n, err := tasksOnNode(tpn, info.NodeRank)
 			if err != nil {
-				p.err = fmt.Errorf("rank: %s=%q: %w", EnvSlurmTasksPerNode, tpn, err)
+				p.err = fmt.Errorf("rank: %s=%q: %w", perNode, tpn, err)
 			}
 			info.LocalSize = n
 		}

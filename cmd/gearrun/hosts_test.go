@@ -595,7 +595,119 @@ func TestHostsOverSSH(t *testing.T) {
 	})
 
 	// Last: the host stays cut off.
+	t.Run("elastic-restart", func(t *testing.T) { testElasticRestart(t, c, slots) })
 	t.Run("host-cut-off", func(t *testing.T) { testHostCutOff(t, c, hostfile, 2) })
+}
+
+// shrinkHelper is a rank of an elastic job with a restart: it joins, says
+// its generation, world and host, and writes its pid; generation 0 holds,
+// later ones pass an AllReduce over the world and end.
+func shrinkHelper(r int, dir string) int {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := rank.Init(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "init:", err)
+		return 1
+	}
+	defer w.Close()
+	gen := w.RestartCount()
+	fmt.Printf("rank %d gen %d size %d node %s\n", r, gen, w.Size(), rank.NodeName())
+	writeFile(dir, fmt.Sprintf("pid.%d.%d", gen, r), os.Getpid())
+	if gen == 0 {
+		select {}
+	}
+	c, err := collective.New(ctx, w)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "collective:", err)
+		return 1
+	}
+	defer c.Close()
+	v := []int64{int64(r + 1)}
+	if err := collective.AllReduce(ctx, c, v, collective.Sum); err != nil {
+		fmt.Fprintln(os.Stderr, "allreduce:", err)
+		return 1
+	}
+	fmt.Printf("rank %d gen %d allreduce %d\n", r, gen, v[0])
+	return 0
+}
+
+// testElasticRestart runs -np 2:4 with one restart on 2 hosts of 2 slots and
+// cuts the second off: gearrun names it, and the next generation runs 2
+// ranks on the first host and ends 0. No process of the job is left on any
+// host, and no segment of it in /dev/shm.
+func testElasticRestart(t *testing.T, c *sshCluster, slots int) {
+	dir := t.TempDir()
+	hostfile := filepath.Join(t.TempDir(), "hostfile")
+	os.WriteFile(hostfile, []byte(fmt.Sprintf("%s slots=%d\n%s slots=%d\n", c.hosts[0], slots, c.hosts[1], slots)), 0o644)
+	var b [6]byte
+	rand.Read(b[:])
+	jobID := "elastic-" + hex.EncodeToString(b[:])
+	var stdout, stderr bytes.Buffer
+	cmd := c.gearrun(t, []string{"--hostfile", hostfile, "--grace", "2s", "--max-restarts", "1", "--job-id", jobID,
+		"-x", envHelper + "=shrink", "-x", envDir + "=" + dir, "-np", "2:4"})
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	pids := waitForFiles(t, dir, 4, 30*time.Second)
+	cut := map[string]int{"agent": parentOf(t, pids["pid.0.2"]), "pid.0.2": pids["pid.0.2"], "pid.0.3": pids["pid.0.3"]}
+	k := 1
+	start := time.Now()
+	if out, err := exec.Command("ip", "-n", c.netns[k], "link", "set", c.ifaces[k], "down").CombinedOutput(); err != nil {
+		t.Fatalf("ip link set down: %v: %s", err, out)
+	}
+	defer func() {
+		if out, err := exec.Command("ip", "-n", c.netns[k], "link", "set", c.ifaces[k], "up").CombinedOutput(); err != nil {
+			t.Errorf("ip link set up: %v: %s", err, out)
+		}
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("gearrun did not end after %s was cut off; stderr:\n%s\nstdout:\n%s", c.hosts[k], stderr.String(), stdout.String())
+	}
+	took := time.Since(start)
+	if code := exitCode(err); code != 0 {
+		t.Fatalf("gearrun exit code %d, want 0; stderr:\n%s\nstdout:\n%s", code, stderr.String(), stdout.String())
+	}
+	re := regexp.MustCompile(`(?m)^gearrun: restart 1 of 1: host ` + regexp.QuoteMeta(c.hosts[k]) + ` \(ranks 2-3\) lost: unreachable.*; next world: 2 ranks on ` + regexp.QuoteMeta(c.hosts[0]) + `$`)
+	if !re.MatchString(stderr.String()) {
+		t.Errorf("no restart line naming the lost host and the next world; stderr:\n%s", stderr.String())
+	}
+	out := stdout.String()
+	for r := range 4 {
+		if want := fmt.Sprintf("] rank %d gen 0 size 4 ", r); !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q", want)
+		}
+	}
+	for r := range 2 {
+		for _, want := range []string{fmt.Sprintf("[%d] rank %d gen 1 size 2 node %s", r, r, c.hosts[0]), fmt.Sprintf("[%d] rank %d gen 1 allreduce 3", r, r)} {
+			if !strings.Contains(out, want) {
+				t.Errorf("stdout lacks %q", want)
+			}
+		}
+	}
+	if strings.Contains(out, "gen 1 size 4") || strings.Contains(out, "rank 2 gen 1") {
+		t.Errorf("generation 1 is not 2 ranks:\n%s", out)
+	}
+	c.waitHostsEmpty(t, 5*time.Second, 0)
+	assertAllGone(t, cut, start.Add(agentSilenceForTest+20*time.Second))
+	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		left, _ := filepath.Glob("/dev/shm/" + rank.SegmentName(jobID, "*"))
+		if len(left) == 0 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Errorf("segments of the job left: %v", left)
+			break
+		}
+	}
+	t.Logf("%s cut off: the job went on with 2 ranks on %s and ended 0 after %v; stderr:\n%s\nstdout:\n%s",
+		c.hosts[k], c.hosts[0], took.Round(time.Millisecond), stderr.String(), out)
 }
 
 // dryRunSize runs a dry run and returns the plan's number of ranks.

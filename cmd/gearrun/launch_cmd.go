@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -44,10 +45,11 @@ type launchFlags struct {
 
 // groupFlags are the flags that describe one MPMD group; they may follow each ':'.
 type groupFlags struct {
-	np   int
-	role string
-	env  envList
-	bind bindFlags
+	np    int
+	minNP int // -np MIN:MAX: MIN (np is MAX); 0: a fixed size
+	role  string
+	env   envList
+	bind  bindFlags
 }
 
 // bindFlags are a group's GPU binding flags. Given before the first program
@@ -66,8 +68,8 @@ type bindFlags struct {
 var gmiFlagNames = []string{"gmi-per-gpu", "gmi-backend", "gmi-workload", "mps-mem-limit"}
 
 func (g *groupFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&g.np, "np", 0, "number of ranks of this group (required)")
-	fs.IntVar(&g.np, "n", 0, "same as -np")
+	fs.Var(npFlag{g}, "np", "`N` ranks in this group (required); MIN:MAX: an elastic size (a job of one group): MAX ranks, and after a lost host with --max-restarts as many as the hosts left hold, at least MIN")
+	fs.Var(npFlag{g}, "n", "same as -np")
 	fs.StringVar(&g.role, "role", "", "role name of this group (default: program base name for MPMD jobs)")
 	fs.Var(&g.env, "x", "pass NAME=VALUE, or NAME with the launcher's value, to the ranks (repeatable)")
 	b := &g.bind
@@ -185,6 +187,38 @@ func (l *launchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.topology, "topology", "", "with GPU binding: read the GPUs from this topology `FILE` instead of NVML (default $"+gmi.EnvTopology+")")
 }
 
+// npFlag reads -np N or -np MIN:MAX into its group.
+type npFlag struct{ g *groupFlags }
+
+func (f npFlag) String() string {
+	if f.g == nil || f.g.minNP == 0 {
+		if f.g == nil {
+			return "0"
+		}
+		return strconv.Itoa(f.g.np)
+	}
+	return strconv.Itoa(f.g.minNP) + ":" + strconv.Itoa(f.g.np)
+}
+
+func (f npFlag) Set(v string) error {
+	lo, hi, elastic := strings.Cut(v, ":")
+	if !elastic {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%q: want a number of ranks, or MIN:MAX", v)
+		}
+		f.g.np, f.g.minNP = n, 0
+		return nil
+	}
+	minNP, err1 := strconv.Atoi(lo)
+	maxNP, err2 := strconv.Atoi(hi)
+	if err1 != nil || err2 != nil || minNP < 1 || minNP > maxNP {
+		return fmt.Errorf("%q: want MIN:MAX with 1 <= MIN <= MAX", v)
+	}
+	f.g.np, f.g.minNP = maxNP, minNP
+	return nil
+}
+
 // parseLaunch parses `[flags] -np N PROG [ARGS] [: -np M PROG2 [ARGS] ...]`.
 func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, error) {
 	var lf launchFlags
@@ -237,7 +271,10 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		if err != nil {
 			return lf, req, fmt.Errorf("group %d (%s): %w", i, prog[0], err)
 		}
-		group := launch.Group{Role: g.role, NP: g.np, Argv: prog, Bind: bind}
+		if g.minNP > 0 && len(segments) > 1 {
+			return lf, req, fmt.Errorf("group %d (%s): -np %d:%d: an elastic size is for a job of one group", i, prog[0], g.minNP, g.np)
+		}
+		group := launch.Group{Role: g.role, NP: g.np, MinNP: g.minNP, Argv: prog, Bind: bind}
 		if i == 0 {
 			req.Env = g.env // -x before the first program applies to every group
 		} else {

@@ -163,6 +163,8 @@ func helper(mode string) int {
 		return writeBindingEnv(dir, r)
 	case "elastic":
 		return elasticHelper(r, dir)
+	case "shrink":
+		return shrinkHelper(r, dir)
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
 	return 2

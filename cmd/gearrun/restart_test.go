@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
 	"github.com/gear-rl/gear/store"
 )
@@ -246,5 +248,37 @@ func TestMaxRestartsFlagErrors(t *testing.T) {
 	if code := run([]string{"--max-restarts", "-1", "-np", "1", "true"}, stdio{strings.NewReader(""), &out, &errb}); code != 2 ||
 		!strings.Contains(errb.String(), "--max-restarts -1") {
 		t.Fatalf("exit %d, %q", code, errb.String())
+	}
+}
+
+// -np MIN:MAX: MAX ranks on this machine, the bounds in the plan; bad
+// bounds and an elastic group of several are errors naming them.
+func TestElasticNP(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--dry-run", "--json", "-np", "2:3", "true"}, stdio{strings.NewReader(""), &out, &errb}); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var p launch.Plan
+	if err := json.Unmarshal(out.Bytes(), &p); err != nil || len(p.Ranks) != 3 || p.MinSize != 2 || p.MaxSize != 3 {
+		t.Fatalf("plan %s: %v", out.String(), err)
+	}
+	out.Reset()
+	if code := run([]string{"-np", "2:3", "sh", "-c", `echo "$GEAR_RANK/$GEAR_WORLD_SIZE"`}, stdio{strings.NewReader(""), &out, &errb}); code != 0 ||
+		!strings.Contains(out.String(), "[2] 2/3") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-np", "5:4", "true"}, `"5:4": want MIN:MAX with 1 <= MIN <= MAX`},
+		{[]string{"-np", "0:4", "true"}, `"0:4": want MIN:MAX with 1 <= MIN <= MAX`},
+		{[]string{"-np", "x", "true"}, `"x": want a number of ranks, or MIN:MAX`},
+		{[]string{"-np", "2:4", "true", ":", "-np", "1", "true"}, "-np 2:4: an elastic size is for a job of one group"},
+	} {
+		errb.Reset()
+		if code := run(tc.args, stdio{strings.NewReader(""), &out, &errb}); code != 2 || !strings.Contains(errb.String(), tc.want) {
+			t.Errorf("gearrun %v: exit %d, %q; want 2 and %q", tc.args, code, errb.String(), tc.want)
+		}
 	}
 }
