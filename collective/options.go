@@ -52,7 +52,7 @@ type Tuning struct {
 	// CPU. Negative: the default, 2ms oversubscribed and 5ms otherwise, and
 	// none (a wait sleeps at once) when ranks outnumber CPUs more than eight to
 	// one: then the rank waited for is seldom running, and ranks that poll
-	// keep it, and the launcher's rendezvous, from the CPUs.
+	// keep it, and the launcher's coordinator, from the CPUs.
 	Spin time.Duration
 	// GreetTimeout bounds the TCP handshake while a communicator is built: how
 	// long a rank waits for a peer that connected to it to greet it, and for
