@@ -87,7 +87,7 @@ func (c *Comm) begin(ctx context.Context, h header) (*call, error) {
 	if h.kind.reduces() {
 		x.k = kernelFor(h.dtype, h.op)
 	}
-	x.chunk = c.cfg.tuning.ChunkBytes / x.es * x.es
+	x.chunk = c.chunk / x.es * x.es
 	if sb := c.cfg.tuning.StreamBytes; sb >= 0 && h.count*uint64(x.es) >= uint64(sb) && c.streaming {
 		x.class = streamClassOf(h.count * uint64(x.es))
 		x.stream, x.timed = c.chooser.pick(x.class)

@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -37,6 +38,10 @@ type Comm struct {
 	// one kernel: hosts in network namespaces of one machine count together);
 	// more than the CPUs makes waits yield.
 	cpuRanks int
+	// chunk and ring are the frame payload and the shared-memory ring
+	// capacity: the Tuning's, or less for many ranks on a host
+	// (Tuning.InboxBytes); the same on every rank.
+	chunk, ring int
 
 	hostOf    []int    // host index of every rank
 	hosts     [][]int  // ranks of every host, hosts in order of their first rank
@@ -154,7 +159,8 @@ func New(ctx context.Context, b Bootstrap, opts ...Option) (*Comm, error) {
 }
 
 func newComm(id string, rank, size int, world []int, b Bootstrap, cfg config) *Comm {
-	c := &Comm{id: id, rank: rank, size: size, world: world, boot: b, cfg: cfg, pool: &bufPool{}, sig: newSignals()}
+	c := &Comm{id: id, rank: rank, size: size, world: world, boot: b, cfg: cfg, pool: &bufPool{}, sig: newSignals(),
+		chunk: cfg.tuning.ChunkBytes, ring: cfg.tuning.RingBytes}
 	c.idleScan = func() error { return c.x.scan(false) }
 	c.group = group{ranks: make([]int, size), me: rank}
 	for i := range c.group.ranks {
@@ -218,16 +224,57 @@ type bootExchange struct {
 	step       int
 }
 
+// gatherLimit bounds the value that allGather's root publishes: beyond it (a
+// world of thousands of ranks) every rank reads every other's key instead.
+const gatherLimit = 512 << 10
+
+// allGather publishes blob under this rank's key; rank 0 reads every rank's and
+// publishes them all under one key, which the other ranks read. A world of n
+// ranks thus makes about 3n requests to the bootstrap rather than n^2.
 func (e *bootExchange) allGather(ctx context.Context, blob []byte) ([][]byte, error) {
 	e.step++
 	key := fmt.Sprintf("%s/%d/", e.prefix, e.step)
+	if e.size == 1 {
+		return [][]byte{blob}, nil
+	}
 	if err := e.b.Set(ctx, key+fmt.Sprint(e.rank), blob); err != nil {
 		return nil, fmt.Errorf("collective: publish %s%d: %w", key, e.rank, err)
 	}
+	if e.rank == 0 {
+		out, err := e.gather(ctx, key, blob, 1)
+		if err != nil {
+			return nil, err
+		}
+		all := packBlobs(out)
+		if len(all) > gatherLimit {
+			all = nil // too large for one value: the others read every key
+		}
+		if err := e.b.Set(ctx, key+"all", all); err != nil {
+			return nil, fmt.Errorf("collective: publish %sall: %w", key, err)
+		}
+		return out, nil
+	}
+	all, err := e.b.Wait(ctx, key+"all")
+	if err != nil {
+		return nil, fmt.Errorf("collective: wait for rank 0 to gather the ranks' details: %w", err)
+	}
+	if len(all) == 0 {
+		return e.gather(ctx, key, blob, 0)
+	}
+	out, err := unpackBlobs(all, e.size)
+	if err != nil {
+		return nil, fmt.Errorf("collective: details gathered by rank 0: %w", err)
+	}
+	out[e.rank] = blob
+	return out, nil
+}
+
+// gather reads the keys of ranks from on under key.
+func (e *bootExchange) gather(ctx context.Context, key string, blob []byte, from int) ([][]byte, error) {
 	out := make([][]byte, e.size)
-	for r := range out {
+	out[e.rank] = blob
+	for r := from; r < e.size; r++ {
 		if r == e.rank {
-			out[r] = blob
 			continue
 		}
 		v, err := e.b.Wait(ctx, key+fmt.Sprint(r))
@@ -235,6 +282,33 @@ func (e *bootExchange) allGather(ctx context.Context, blob []byte) ([][]byte, er
 			return nil, fmt.Errorf("collective: wait for rank %d to set up: %w", r, err)
 		}
 		out[r] = v
+	}
+	return out, nil
+}
+
+// packBlobs concatenates blobs, each after its length (uvarint).
+func packBlobs(blobs [][]byte) []byte {
+	var out []byte
+	for _, b := range blobs {
+		out = binary.AppendUvarint(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	return out
+}
+
+// unpackBlobs undoes packBlobs, which must have packed n blobs.
+func unpackBlobs(p []byte, n int) ([][]byte, error) {
+	out := make([][]byte, n)
+	for i := range out {
+		l, k := binary.Uvarint(p)
+		if k <= 0 || l > uint64(len(p)-k) {
+			return nil, fmt.Errorf("blob %d of %d is cut short", i, n)
+		}
+		out[i] = p[k : k+int(l) : k+int(l)]
+		p = p[k+int(l):]
+	}
+	if len(p) != 0 {
+		return nil, fmt.Errorf("%d bytes after %d blobs", len(p), n)
 	}
 	return out, nil
 }
@@ -358,7 +432,16 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 	}
 	c.spin = c.cfg.tuning.spinFor(c.cpuRanks)
 	c.links = make([]link, c.size)
-	maxP := c.cfg.tuning.ChunkBytes
+	if c.cfg.loopback == nil && me.Mode != TransportTCP {
+		// Every rank knows every host's ranks, so all size rings and chunks
+		// alike (a host without shared memory too, over TCP).
+		maxLocal := 0
+		for _, h := range c.hosts {
+			maxLocal = max(maxLocal, len(h))
+		}
+		c.ring, c.chunk = c.cfg.tuning.shmSizes(maxLocal)
+	}
+	maxP := c.chunk
 
 	if c.cfg.loopback != nil {
 		lb := c.cfg.loopback
@@ -420,7 +503,7 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 		var st *shmTransport
 		if len(shmPeers) > 1 {
 			var err error
-			st, err = newShmTransport(meLocal, shmPeers, c.cfg.tuning.RingBytes, maxP, c.spin, c.cpuRanks > runtime.NumCPU(), c.sig, c.pool, c.lostError)
+			st, err = newShmTransport(meLocal, shmPeers, c.ring, maxP, c.spin, c.cpuRanks > runtime.NumCPU(), c.sig, c.pool, c.lostError)
 			if err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Errors returned by a communicator wrap one of these or the
@@ -143,4 +144,34 @@ func decodeAbort(b []byte) error {
 		return &LostError{Rank: n.Rank, WorldRank: n.World, Reason: n.Cause, Host: n.Host}
 	}
 	return &AbortError{Rank: n.From, Cause: n.Cause}
+}
+
+// fitNote shortens a note of encodeAbort to at most limit bytes, if it is
+// longer, by cutting its longest texts (ending them with "..."), so that it
+// stays readable where it must fit (a shared-memory inbox).
+func fitNote(note []byte, limit int) []byte {
+	if len(note) <= limit {
+		return note
+	}
+	var n abortNote
+	if json.Unmarshal(note, &n) != nil {
+		return nil
+	}
+	for range 64 {
+		fields := []*string{&n.Cause, &n.Detail, &n.Call, &n.PeerCall, &n.Host}
+		longest := fields[0]
+		for _, f := range fields[1:] {
+			if len(*f) > len(*longest) {
+				longest = f
+			}
+		}
+		if len(*longest) <= 8 {
+			break
+		}
+		*longest = strings.ToValidUTF8((*longest)[:len(*longest)/2], "") + "..."
+		if b, err := json.Marshal(n); err == nil && len(b) <= limit {
+			return b
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package collective
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -90,5 +91,23 @@ func TestLostErrorNamesHost(t *testing.T) {
 	one := &Comm{world: []int{0, 1}, hostOf: []int{0, 0}, hosts: [][]int{{0, 1}}, hostNames: []string{"n1"}}
 	if got, want := one.lostError(1, "killed").Error(), "collective: lost rank 1: killed"; got != want {
 		t.Errorf("one host: %q, want %q", got, want)
+	}
+}
+
+// A failure note too long for an inbox is cut to fit and stays readable.
+func TestFitNote(t *testing.T) {
+	long := strings.Repeat("rank 7 lost: host n2 unreachable ", 400)
+	note := encodeAbort(3, &LostError{Rank: 7, WorldRank: 7, Reason: long, Host: "n2"})
+	const limit = 3580
+	got := fitNote(note, limit)
+	if len(got) == 0 || len(got) > limit {
+		t.Fatalf("fitNote: %d bytes, want 1 to %d", len(got), limit)
+	}
+	var le *LostError
+	if err := decodeAbort(got); !errors.As(err, &le) || le.Rank != 7 || le.Host != "n2" || !strings.HasSuffix(le.Reason, "...") {
+		t.Fatalf("decoded %v, want the LostError of rank 7 on n2 with its reason cut", err)
+	}
+	if short := encodeAbort(1, ErrClosed); !bytes.Equal(fitNote(short, limit), short) {
+		t.Fatal("fitNote changed a note that fits")
 	}
 }

@@ -48,7 +48,7 @@ func (c *Comm) allReduce(x *call, buf []byte) error {
 	if c.size == 1 {
 		return nil
 	}
-	small := len(buf) <= c.cfg.tuning.SmallAllReduce
+	small := len(buf) <= min(c.cfg.tuning.SmallAllReduce, c.chunk)
 	if c.hierarchical() {
 		x.h.algo = algoHier
 		return c.hierAllReduce(x, buf, small)
@@ -84,7 +84,7 @@ func (c *Comm) hierAllReduce(x *call, buf []byte, small bool) error {
 			leaders.me = i
 		}
 	}
-	bcastSmall := host.n() >= treeMinRanks && len(buf) <= c.cfg.tuning.SmallBroadcast
+	bcastSmall := host.n() >= treeMinRanks && len(buf) <= min(c.cfg.tuning.SmallBroadcast, c.chunk)
 	if host.n() > 1 {
 		x.base = 0
 		var err error
@@ -126,7 +126,7 @@ func (c *Comm) hierAllReduce(x *call, buf []byte, small bool) error {
 const treeMinRanks = 5
 
 func (c *Comm) useTree(bytes int) bool {
-	return c.size >= treeMinRanks && bytes <= c.cfg.tuning.SmallBroadcast
+	return c.size >= treeMinRanks && bytes <= min(c.cfg.tuning.SmallBroadcast, c.chunk)
 }
 
 func (c *Comm) broadcast(x *call, buf []byte, root int) error {

@@ -23,6 +23,13 @@ type Tuning struct {
 	// RingBytes is the capacity of one shared-memory ring (one per ordered pair of
 	// ranks on a host). At least 4 chunks.
 	RingBytes int
+	// InboxBytes caps the rings of one rank's inbox together, so that the
+	// shared memory of a host grows with its ranks, not with their pairs:
+	// when RingBytes times the other ranks of the largest host is more, a
+	// communicator's rings shrink to the largest power of two that fits (16
+	// KiB at least), and its chunks to an eighth of a ring (its small-message
+	// thresholds with them). Zero: 32 MiB; negative: no cap.
+	InboxBytes int
 	// SmallAllReduce: an AllReduce of at most this many bytes uses recursive
 	// doubling; a larger one the ring (reduce-scatter then allgather). At most
 	// ChunkBytes.
@@ -42,7 +49,10 @@ type Tuning struct {
 	// futex. On an oversubscribed machine (more ranks of the world under its
 	// kernel than CPUs, counting ranks in its other network namespaces)
 	// a wait polls with sched_yield, so that the rank it waits for can have the
-	// CPU. Negative: the default, 2ms oversubscribed and 5ms otherwise.
+	// CPU. Negative: the default, 2ms oversubscribed and 5ms otherwise, and
+	// none (a wait sleeps at once) when ranks outnumber CPUs more than eight to
+	// one: then the rank waited for is seldom running, and ranks that poll
+	// keep it, and the launcher's coordinator, from the CPUs.
 	Spin time.Duration
 	// GreetTimeout bounds the TCP handshake while a communicator is built: how
 	// long a rank waits for a peer that connected to it to greet it, and for
@@ -58,6 +68,7 @@ func DefaultTuning() Tuning {
 	return Tuning{
 		ChunkBytes:     256 << 10,
 		RingBytes:      2 << 20,
+		InboxBytes:     defaultInboxBytes,
 		SmallAllReduce: 128 << 10,
 		SmallBroadcast: 16 << 10,
 		StreamBytes:    16 << 10,
@@ -100,6 +111,39 @@ func (t Tuning) byeTimeout() time.Duration {
 	return time.Second
 }
 
+// defaultInboxBytes is InboxBytes' default: rings of 2 MiB for up to 17 ranks
+// on a host; 128 KiB rings of 16 KiB chunks at 256 ranks, 8 GiB in all.
+const defaultInboxBytes = 32 << 20
+
+// minRingBytes is the smallest ring that InboxBytes shrinks rings to.
+const minRingBytes = 16 << 10
+
+// shmSizes returns the ring capacity and the chunk (frame payload) of a
+// communicator whose largest host has local ranks on shared memory: RingBytes
+// and ChunkBytes, unless InboxBytes asks for less (see InboxBytes).
+func (t Tuning) shmSizes(local int) (ring, chunk int) {
+	ring, chunk = t.RingBytes, t.ChunkBytes
+	if local < 2 || t.InboxBytes < 0 {
+		return ring, chunk
+	}
+	budget := int64(t.InboxBytes)
+	if budget == 0 {
+		budget = defaultInboxBytes
+	}
+	per := budget / int64(local-1)
+	if int64(ring) <= per {
+		return ring, chunk
+	}
+	r := minRingBytes
+	for int64(r)*2 <= per {
+		r *= 2
+	}
+	if r >= ring {
+		return ring, chunk
+	}
+	return r, min(chunk, r/8&^63)
+}
+
 // frameAlignment is the padding a frame header adds in a ring, at most.
 const frameAlignment = 64 + headerSize
 
@@ -110,6 +154,9 @@ const frameAlignment = 64 + headerSize
 func (t Tuning) spinFor(local int) time.Duration {
 	if t.Spin >= 0 {
 		return t.Spin
+	}
+	if local > 8*runtime.NumCPU() {
+		return 0
 	}
 	if local > runtime.NumCPU() {
 		return 2 * time.Millisecond // polling with sched_yield

@@ -29,7 +29,15 @@ import (
 //	256    sleeping u32: 1 while the owner sleeps (or is about to)
 //	384    closed u32: 1 once the owner closed the communicator
 //	512    note length u32, then the note: why the owner's communicator failed
-//	8192   slot 0, slot 1, ...: ring head u64 at +0, data at +256
+//	4096   live u32 per slot: 1 once the slot's producer sent its first frame
+//	ctl    slot 0, slot 1, ...: ring head u64 at +0, data at +256
+//
+// where ctl is 4096 plus the live words, rounded up to a page, 8192 at least
+// (shmCtlBytes); an inbox is rounded up to a page.
+// Nothing is populated: a page of the segment takes memory when it is first
+// touched, so a ring that no frame ever crosses costs address space only, and
+// a rank that waits looks at a ring only once its live word says a frame was
+// sent there. Setting a communicator up touches the control blocks alone.
 //
 // Positions are byte counts that only grow. The head, the consumer's position,
 // sits on its own pair of cache lines; the producer reads it only when its cached
@@ -48,8 +56,9 @@ import (
 // sleeping word says so, so that the fast path makes no system call.
 const (
 	shmMagic    = 0x6c6c6f63_72616567 // "gearcoll", little-endian
-	shmVersion  = 1
-	shmCtlSize  = 8192
+	shmVersion  = 2
+	offLive     = 4096 // the live words; the note ends here
+	shmPage     = 4096
 	offNote     = 512
 	shmRingHdr  = 256
 	offDoorbell = 128
@@ -69,54 +78,74 @@ const (
 
 func align64(n int) int { return (n + frameAlign - 1) &^ (frameAlign - 1) }
 
-func shmSegmentSize(slots, ringCap int) int { return int(shmSegmentBytes(slots, ringCap)) }
-
-// shmSegmentBytes is shmSegmentSize in 64 bits, for budgets of many ranks.
-func shmSegmentBytes(slots, ringCap int) int64 {
-	return shmCtlSize + int64(slots)*(shmRingHdr+int64(ringCap))
+// shmCtlBytes is the size of an inbox's control block: the fixed part and a
+// live word per slot, rounded up to a page.
+func shmCtlBytes(slots int) int64 {
+	return (offLive + 4*max(int64(slots), 1) + shmPage - 1) &^ (shmPage - 1)
 }
 
+// shmSegmentBytes is the size of one inbox, rounded up to a page: inboxes lie
+// back to back in the host's segment.
+func shmSegmentBytes(slots, ringCap int) int64 {
+	n := shmCtlBytes(slots) + int64(slots)*(shmRingHdr+int64(ringCap))
+	return (n + shmPage - 1) &^ (shmPage - 1)
+}
+
+// shmSegment is one rank's inbox: a window of the host's segment.
 type shmSegment struct {
-	name string
-	mem  []byte
+	mem []byte
 }
 
 func u32at(mem []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&mem[off])) }
 func u64at(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[off])) }
 
-// createSegment makes and maps a new segment; it fails if the name exists. Both
-// createSegment and openSegment map with MAP_POPULATE, so that the first laps
-// around the rings take no page faults.
-func createSegment(name string, slots, ringCap int) (*shmSegment, error) {
-	size := shmSegmentSize(slots, ringCap)
+// createHostSegment makes and maps the segment that holds the inboxes of every
+// local rank of a communicator, and writes their headers (each with the pid of
+// its owner and a random key); it fails if the name exists. The lowest local
+// rank makes it, and the others map it once it exists (openHostSegment): one
+// file and one mapping per rank, however many ranks share the host. Nothing is
+// populated: the headers' pages are what setting up touches, and a ring's pages
+// come when frames cross them.
+func createHostSegment(name string, peers []shmPeer, ringCap int) ([]byte, error) {
+	slots := len(peers)
+	inbox := shmSegmentBytes(slots, ringCap)
+	size := inbox * int64(slots)
+	if size != int64(int(size)) {
+		return nil, fmt.Errorf("collective: shared memory %s: %d inboxes of %d bytes do not fit in memory", name, slots, inbox)
+	}
 	fd, err := unix.Open(shmDir+name, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("collective: create shared memory %s: %w", name, err)
 	}
 	defer unix.Close(fd)
-	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+	if err := unix.Ftruncate(fd, size); err != nil {
 		unix.Unlink(shmDir + name)
 		return nil, fmt.Errorf("collective: size shared memory %s to %d bytes: %w", name, size, err)
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		unix.Unlink(shmDir + name)
 		return nil, fmt.Errorf("collective: map shared memory %s: %w", name, err)
 	}
-	binary.LittleEndian.PutUint32(mem[8:], shmVersion)
-	binary.LittleEndian.PutUint32(mem[12:], uint32(slots))
-	binary.LittleEndian.PutUint64(mem[16:], uint64(ringCap))
-	binary.LittleEndian.PutUint64(mem[24:], uint64(os.Getpid()))
-	var key [8]byte
-	rand.Read(key[:])
-	copy(mem[32:40], key[:])
-	atomic.StoreUint64(u64at(mem, 0), shmMagic)
-	return &shmSegment{name: name, mem: mem}, nil
+	keys := make([]byte, 8*slots)
+	rand.Read(keys)
+	for i, p := range peers {
+		m := mem[int64(i)*inbox:]
+		binary.LittleEndian.PutUint32(m[8:], shmVersion)
+		binary.LittleEndian.PutUint32(m[12:], uint32(slots))
+		binary.LittleEndian.PutUint64(m[16:], uint64(ringCap))
+		binary.LittleEndian.PutUint64(m[24:], uint64(p.pid))
+		copy(m[32:40], keys[8*i:])
+		atomic.StoreUint64(u64at(m, 0), shmMagic)
+	}
+	return mem, nil
 }
 
-// openSegment maps a peer's segment and checks its layout.
-func openSegment(name string, slots, ringCap int) (*shmSegment, error) {
-	size := shmSegmentSize(slots, ringCap)
+// openHostSegment maps the host's segment that another rank made and checks
+// its layout.
+func openHostSegment(name string, slots, ringCap int) ([]byte, error) {
+	inbox := shmSegmentBytes(slots, ringCap)
+	size := inbox * int64(slots)
 	fd, err := unix.Open(shmDir+name, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("collective: open shared memory %s: %w", name, err)
@@ -126,36 +155,33 @@ func openSegment(name string, slots, ringCap int) (*shmSegment, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, fmt.Errorf("collective: stat shared memory %s: %w", name, err)
 	}
-	if st.Size != int64(size) {
+	if st.Size != size || size != int64(int(size)) {
 		return nil, fmt.Errorf("collective: shared memory %s has %d bytes, want %d (ranks disagree on the ring size)", name, st.Size, size)
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("collective: map shared memory %s: %w", name, err)
 	}
-	if atomic.LoadUint64(u64at(mem, 0)) != shmMagic || binary.LittleEndian.Uint32(mem[8:]) != shmVersion ||
-		binary.LittleEndian.Uint32(mem[12:]) != uint32(slots) || binary.LittleEndian.Uint64(mem[16:]) != uint64(ringCap) {
-		unix.Munmap(mem)
-		return nil, fmt.Errorf("collective: shared memory %s is not a collective inbox of %d rings of %d bytes", name, slots, ringCap)
+	for i := range slots {
+		m := mem[int64(i)*inbox:]
+		if atomic.LoadUint64(u64at(m, 0)) != shmMagic || binary.LittleEndian.Uint32(m[8:]) != shmVersion ||
+			binary.LittleEndian.Uint32(m[12:]) != uint32(slots) || binary.LittleEndian.Uint64(m[16:]) != uint64(ringCap) {
+			unix.Munmap(mem)
+			return nil, fmt.Errorf("collective: shared memory %s: inbox %d is not a collective inbox of %d rings of %d bytes", name, i, slots, ringCap)
+		}
 	}
-	return &shmSegment{name: name, mem: mem}, nil
+	return mem, nil
 }
 
-func (s *shmSegment) unmap() {
-	if s != nil && s.mem != nil {
-		unix.Munmap(s.mem)
-		s.mem = nil
-	}
-}
+func (s *shmSegment) doorbell() *uint32  { return u32at(s.mem, offDoorbell) }
+func (s *shmSegment) key() uint64        { return binary.LittleEndian.Uint64(s.mem[32:]) }
+func (s *shmSegment) sleeping() *uint32  { return u32at(s.mem, offSleeping) }
+func (s *shmSegment) closed() *uint32    { return u32at(s.mem, offClosed) }
+func (s *shmSegment) live(i int) *uint32 { return u32at(s.mem, offLive+4*i) }
 
-func (s *shmSegment) doorbell() *uint32 { return u32at(s.mem, offDoorbell) }
-func (s *shmSegment) key() uint64       { return binary.LittleEndian.Uint64(s.mem[32:]) }
-func (s *shmSegment) sleeping() *uint32 { return u32at(s.mem, offSleeping) }
-func (s *shmSegment) closed() *uint32   { return u32at(s.mem, offClosed) }
-
-// ringOf returns the head word and the data of slot i.
-func (s *shmSegment) ringOf(i, ringCap int) (head *uint64, data []byte) {
-	base := shmCtlSize + i*(shmRingHdr+ringCap)
+// ringOf returns the head word and the data of slot i of an inbox of slots.
+func (s *shmSegment) ringOf(i, slots, ringCap int) (head *uint64, data []byte) {
+	base := int(shmCtlBytes(slots)) + i*(shmRingHdr+ringCap)
 	return u64at(s.mem, base), s.mem[base+shmRingHdr : base+shmRingHdr+ringCap : base+shmRingHdr+ringCap]
 }
 
@@ -178,9 +204,11 @@ type shmPeer struct {
 type shmTransport struct {
 	me      int
 	peers   []shmPeer
+	name    string        // the host segment's, made by local rank 0 (peers[0].seg)
+	mem     []byte        // the host segment: every local rank's inbox
 	segs    []*shmSegment // by local index; segs[me] is the inbox
 	links   []*shmLink
-	pidfds  []int
+	pidfds  []int // by local index: -1 not opened yet, -2 none
 	ringCap int
 	maxP    int
 	spin    time.Duration
@@ -199,63 +227,99 @@ type shmTransport struct {
 var _ transport = (*shmTransport)(nil)
 var _ link = (*shmLink)(nil)
 
-// newShmTransport creates this rank's inbox. The peers' inboxes are mapped by
-// attach, once every local rank has created its own.
+// newShmTransport starts the shared-memory transport of local rank me: local
+// rank 0 creates the host's segment, with every local rank's inbox. The others
+// map it in attach, once it exists.
 func newShmTransport(me int, peers []shmPeer, ringCap, maxPayload int, spin time.Duration, yield bool, sig *signals, pool *bufPool, lost func(int, string) error) (*shmTransport, error) {
-	t := &shmTransport{me: me, peers: peers, ringCap: ringCap, maxP: maxPayload, spin: spin, yield: yield, sig: sig, pool: pool, lost: lost}
-	t.segs = make([]*shmSegment, len(peers))
+	t := &shmTransport{me: me, peers: peers, name: peers[0].seg, ringCap: ringCap, maxP: maxPayload, spin: spin, yield: yield, sig: sig, pool: pool, lost: lost}
 	t.pidfds = make([]int, len(peers))
 	for i := range t.pidfds {
 		t.pidfds[i] = -1
 	}
-	seg, err := createSegment(peers[me].seg, len(peers), ringCap)
-	if err != nil {
-		return nil, err
+	if me == 0 {
+		mem, err := createHostSegment(t.name, peers, ringCap)
+		if err != nil {
+			return nil, err
+		}
+		t.setMem(mem)
 	}
-	t.segs[me] = seg
 	sig.addWaker(t.interrupt)
 	return t, nil
 }
 
-// attach maps every peer's inbox and makes the links.
+// setMem takes the host segment's mapping and cuts it into the inboxes.
+func (t *shmTransport) setMem(mem []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.mem = mem
+	inbox := int(shmSegmentBytes(len(t.peers), t.ringCap))
+	t.segs = make([]*shmSegment, len(t.peers))
+	for i := range t.segs {
+		t.segs[i] = &shmSegment{mem: mem[i*inbox : (i+1)*inbox : (i+1)*inbox]}
+	}
+}
+
+// attach maps the host's segment (local rank 0 has it already) and makes the links.
 func (t *shmTransport) attach() error {
+	if t.mem == nil {
+		mem, err := openHostSegment(t.name, len(t.peers), t.ringCap)
+		if err != nil {
+			return err
+		}
+		t.setMem(mem)
+	}
+	t.links = make([]*shmLink, len(t.peers))
 	for i, p := range t.peers {
 		if i == t.me {
 			continue
 		}
-		seg, err := openSegment(p.seg, len(t.peers), t.ringCap)
-		if err != nil {
-			return err
-		}
-		t.segs[i] = seg
 		if p.pid == os.Getpid() {
 			t.gosched = true
 		}
-		if p.pid > 0 && p.pid != os.Getpid() {
-			if fd, err := unix.PidfdOpen(p.pid, 0); err == nil {
-				t.pidfds[i] = fd
-			}
-		}
-	}
-	t.links = make([]*shmLink, len(t.peers))
-	for i := range t.peers {
-		if i == t.me {
-			continue
-		}
 		l := &shmLink{t: t, peer: i}
-		l.tx.head, l.tx.data = t.segs[i].ringOf(t.me, t.ringCap)
-		l.rx.head, l.rx.data = t.segs[t.me].ringOf(i, t.ringCap)
+		l.tx.head, l.tx.data = t.segs[i].ringOf(t.me, len(t.peers), t.ringCap)
+		l.rx.head, l.rx.data = t.segs[t.me].ringOf(i, len(t.peers), t.ringCap)
 		l.tx.key, l.rx.key = t.segs[i].key(), t.segs[t.me].key()
+		l.tx.liveWord, l.rx.liveWord = t.segs[i].live(t.me), t.segs[t.me].live(i)
 		t.links[i] = l
 	}
 	return nil
 }
 
-// unlinkOwn removes this rank's inbox name once every peer has mapped it: the
-// memory lives on while mapped, and nothing is left in /dev/shm if a rank dies.
+// peerExited reports whether local peer i's process has ended. The pidfd it
+// polls is opened the first time a wait sleeps on that peer, so that a rank
+// holds descriptors only of the peers it waited for; a process that is gone by
+// then (pidfd_open fails with ESRCH) has ended too. A peer in this process, or
+// one whose pidfd cannot be had, is watched by its closed word and the
+// bootstrap alone.
+func (t *shmTransport) peerExited(i int) bool {
+	if t.pidfds[i] == -1 {
+		t.pidfds[i] = -2
+		if p := t.peers[i]; p.pid > 0 && p.pid != os.Getpid() {
+			fd, err := unix.PidfdOpen(p.pid, 0)
+			if err == unix.ESRCH {
+				return true
+			}
+			if err == nil {
+				t.pidfds[i] = fd
+			}
+		}
+	}
+	fd := t.pidfds[i]
+	if fd < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, _ := unix.Poll(fds, 0)
+	return n > 0
+}
+
+// unlinkOwn removes the host segment's name (local rank 0 made it) once every
+// local rank has mapped it: the memory lives on while mapped, and nothing is
+// left in /dev/shm if a rank dies.
 func (t *shmTransport) unlinkOwn() {
-	if s := t.segs[t.me]; s != nil {
-		unix.Unlink(shmDir + s.name)
+	if t.me == 0 {
+		unix.Unlink(shmDir + t.name)
 	}
 }
 
@@ -265,13 +329,12 @@ func (t *shmTransport) link(local int) link { return t.links[local] }
 func (t *shmTransport) interrupt() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.closed || t.mem == nil {
 		return
 	}
-	if s := t.segs[t.me]; s != nil && s.mem != nil {
-		atomic.AddUint32(s.doorbell(), 1)
-		futex.Wake(s.doorbell(), 1<<30)
-	}
+	s := t.segs[t.me]
+	atomic.AddUint32(s.doorbell(), 1)
+	futex.Wake(s.doorbell(), 1<<30)
 }
 
 func (t *shmTransport) close(note []byte) {
@@ -281,28 +344,29 @@ func (t *shmTransport) close(note []byte) {
 		return
 	}
 	t.closed = true
-	own := t.segs[t.me]
-	if own != nil && own.mem != nil {
-		n := copy(own.mem[offNote+4:shmCtlSize], note)
+	if t.mem != nil {
+		own := t.segs[t.me]
+		n := copy(own.mem[offNote+4:offLive], fitNote(note, offLive-offNote-4))
 		binary.LittleEndian.PutUint32(own.mem[offNote:], uint32(n))
 		atomic.StoreUint32(own.closed(), 1)
 		// Wake the peers so that a peer waiting on this rank notices.
 		for i, s := range t.segs {
-			if i != t.me && s != nil && s.mem != nil {
+			if i != t.me {
 				atomic.AddUint32(s.doorbell(), 1)
 				futex.Wake(s.doorbell(), 1<<30)
 			}
 		}
 	}
 	t.unlinkOwn()
-	for i, s := range t.segs {
-		s.unmap()
-		t.segs[i] = nil
+	if t.mem != nil {
+		unix.Munmap(t.mem)
+		t.mem = nil
+		t.segs = nil
 	}
 	for i, fd := range t.pidfds {
 		if fd >= 0 {
 			unix.Close(fd)
-			t.pidfds[i] = -1
+			t.pidfds[i] = -2
 		}
 	}
 	for _, l := range t.links {
@@ -323,6 +387,10 @@ type ringSide struct {
 	pos   uint64
 	other uint64
 	key   uint64 // the inbox's mark key
+	// liveWord is the slot's live word in the inbox's control block; live
+	// caches that it is set (the producer set it, the consumer saw it).
+	liveWord *uint32
+	live     bool
 }
 
 func (r *ringSide) mark(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.data[off])) }
@@ -371,6 +439,11 @@ func (l *shmLink) reserve(ctx context.Context, n int) ([]byte, error) {
 func (l *shmLink) commit(_ context.Context, h header) error {
 	c := uint64(l.t.ringCap)
 	pos := l.tx.pos
+	if !l.tx.live {
+		// The first frame on this ring: the owner's waits look at it from now on.
+		atomic.StoreUint32(l.tx.liveWord, 1)
+		l.tx.live = true
+	}
 	if l.skip > 0 {
 		off := int(pos % c)
 		w := header{kind: kindWrap}
@@ -390,6 +463,12 @@ func (l *shmLink) commit(_ context.Context, h header) error {
 
 // available reports whether a frame (or wrap marker) waits in the ring.
 func (l *shmLink) available() bool {
+	if !l.rx.live {
+		if atomic.LoadUint32(l.rx.liveWord) == 0 {
+			return false // nothing was ever sent: leave the ring's pages alone
+		}
+		l.rx.live = true
+	}
 	off := int(l.rx.pos % uint64(l.t.ringCap))
 	return atomic.LoadUint64(l.rx.mark(off)) == (l.rx.pos+1)^l.rx.key
 }
@@ -588,11 +667,8 @@ func (t *shmTransport) wait(ctx context.Context, l *shmLink, space uint64) error
 				}
 				return t.closedErr(l.peer)
 			}
-			if fd := t.pidfds[l.peer]; fd >= 0 {
-				fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-				if n, _ := unix.Poll(fds, 0); n > 0 {
-					return t.lost(t.peers[l.peer].rank, fmt.Sprintf("process %d exited", t.peers[l.peer].pid))
-				}
+			if t.peerExited(l.peer) {
+				return t.lost(t.peers[l.peer].rank, fmt.Sprintf("process %d exited", t.peers[l.peer].pid))
 			}
 		}
 		waiting := l
@@ -622,7 +698,7 @@ func (t *shmTransport) wait(ctx context.Context, l *shmLink, space uint64) error
 func (t *shmTransport) closedErr(peer int) error {
 	mem := t.segs[peer].mem
 	n := int(binary.LittleEndian.Uint32(mem[offNote:]))
-	if n > 0 && offNote+4+n <= shmCtlSize {
+	if n > 0 && offNote+4+n <= offLive {
 		return decodeAbort(mem[offNote+4 : offNote+4+n])
 	}
 	return t.lost(t.peers[peer].rank, "it closed the communicator")
@@ -634,3 +710,25 @@ func shmAvailable() bool {
 }
 
 func (l *shmLink) streams() bool { return true }
+
+// usage returns the size of this rank's inbox and how many of its bytes the
+// host holds now (mincore: the pages that frames or the setup touched).
+func (t *shmTransport) usage() (size, resident int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed || t.mem == nil {
+		return 0, 0
+	}
+	s := t.segs[t.me]
+	pages := (len(s.mem) + shmPage - 1) / shmPage
+	vec := make([]byte, pages)
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&s.mem[0])), uintptr(len(s.mem)), uintptr(unsafe.Pointer(&vec[0])))
+	if errno != 0 {
+		return int64(len(s.mem)), -1
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return int64(len(s.mem)), int64(n) * shmPage
+}

@@ -28,3 +28,6 @@ func (t *shmTransport) link(int) link          { return nil }
 func (t *shmTransport) close([]byte)           {}
 func shmAvailable() bool                       { return false }
 func shmSegmentBytes(slots, ringCap int) int64 { return 0 }
+func shmCtlBytes(slots int) int64              { return 0 }
+
+func (t *shmTransport) usage() (size, resident int64) { return 0, 0 }

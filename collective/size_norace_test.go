@@ -9,3 +9,7 @@ const (
 	bigBytes  = 64 << 20
 	manyCount = 100003
 )
+
+// raceEnabled: tests of many rank processes are skipped under the race
+// detector.
+const raceEnabled = false

@@ -57,6 +57,7 @@ func (p *Plan) WriteText(w io.Writer) error {
 	for _, gp := range p.GPUPlans {
 		gp.writeText(&b)
 	}
+	p.writeShmBudget(&b)
 	for _, r := range p.Ranks {
 		fmt.Fprintf(&b, "rank %d: local %d/%d node %d role %q/%d:", r.Rank, r.LocalRank, r.LocalSize, r.Node, r.Role, r.RoleRank)
 		for _, a := range r.Argv {

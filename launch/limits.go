@@ -122,10 +122,9 @@ func CheckHost(p *Plan, lim HostLimits, baseEnv []string) error {
 	return nil
 }
 
-// checkShm checks the shared memory of the ranks' communicators: the ranks of
-// each host share one segment per rank, which holds a ring for every rank of
-// the host. Ranks that are told to use TCP (GEAR_TRANSPORT=tcp) take none.
-func checkShm(p *Plan, lim HostLimits, baseEnv []string) error {
+// shmRanks counts, per node, the ranks whose communicator may use shared
+// memory: ranks that are told to use TCP (GEAR_TRANSPORT=tcp) take none.
+func shmRanks(p *Plan, baseEnv []string) map[int]int {
 	perNode := map[int]int{}
 	for i := range p.Ranks {
 		if transportOf(baseEnv, p.Env, p.Ranks[i].Env) == collective.TransportTCP {
@@ -133,8 +132,15 @@ func checkShm(p *Plan, lim HostLimits, baseEnv []string) error {
 		}
 		perNode[p.Ranks[i].Node]++
 	}
+	return perNode
+}
+
+// checkShm checks the shared memory of the ranks' communicators: the ranks of
+// each host share one segment, with an inbox per rank that holds a ring for
+// every rank of the host, and this is every ring full.
+func checkShm(p *Plan, lim HostLimits, baseEnv []string) error {
 	local := 0
-	for _, c := range perNode {
+	for _, c := range shmRanks(p, baseEnv) {
 		local = max(local, c)
 	}
 	t := collective.DefaultTuning()
@@ -143,7 +149,22 @@ func checkShm(p *Plan, lim HostLimits, baseEnv []string) error {
 		return nil
 	}
 	return fmt.Errorf("launch: %d ranks on this host plan %s of shared memory for their communicator (%d inboxes of %d rings of %s), over the %s free in %s; run fewer ranks per host, free %s (gearrun clean), enlarge it (mount -o remount,size=... %s), or have the ranks use TCP (-x %s=tcp)",
-		local, FormatBytes(need), local, local, FormatBytes(int64(t.RingBytes)), FormatBytes(lim.ShmFree), lim.ShmDir, lim.ShmDir, lim.ShmDir, rank.EnvTransport)
+		local, FormatBytes(need), local, local, FormatBytes(int64(collective.ShmRingBytes(local, t))), FormatBytes(lim.ShmFree), lim.ShmDir, lim.ShmDir, lim.ShmDir, rank.EnvTransport)
+}
+
+// writeShmBudget prints, for every node with ranks that share memory, what
+// their world communicator may take of it: every ring full (what the launcher
+// checks against the free space), and what setting it up takes.
+func (p *Plan) writeShmBudget(b *strings.Builder) {
+	perNode := shmRanks(p, nil)
+	t := collective.DefaultTuning()
+	for node := range p.NumNodes {
+		n := perNode[node]
+		if need := collective.ShmBytes(n, t); need > 0 {
+			fmt.Fprintf(b, "shared memory node %d: %d ranks, at most %s (%d inboxes of %d rings of %s), %s at setup\n",
+				node, n, FormatBytes(need), n, n, FormatBytes(int64(collective.ShmRingBytes(n, t))), FormatBytes(collective.ShmSetupBytes(n)))
+		}
+	}
 }
 
 // transportOf is the GEAR_TRANSPORT a rank sees: the last one set, in the

@@ -338,8 +338,9 @@ func hostsRank() int {
 		return 1
 	}
 	defer c.Close()
-	// The shared-memory inboxes the rank maps: its own and its host peers'
-	// (unlinked once mapped, so they show in the maps only).
+	// The shared-memory segments the rank maps: its host's, which holds the
+	// inboxes of every rank of the host (unlinked once mapped, so it shows in
+	// the maps only).
 	maps, _ := os.ReadFile("/proc/self/maps")
 	inboxes := map[string]bool{}
 	for _, line := range strings.Split(string(maps), "\n") {
@@ -426,7 +427,7 @@ func TestHostsOverSSH(t *testing.T) {
 			t.Fatalf("gearrun: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 		}
 		t.Logf("6 ranks on 3 hosts over ssh: %v", time.Since(start).Round(time.Millisecond))
-		want := "hosts [[0 1] [2 3] [4 5]] shm inboxes 2"
+		want := "hosts [[0 1] [2 3] [4 5]] shm inboxes 1"
 		for r := range 6 {
 			re := regexp.MustCompile(fmt.Sprintf(`(?m)^\[%d\] ok rank %d/6 node %s local %d/2 host %s/\S+ %s$`,
 				r, r, regexp.QuoteMeta(c.hosts[r/2]), r%2, regexp.QuoteMeta(c.hosts[r/2]), regexp.QuoteMeta(want)))
