@@ -113,8 +113,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&d.Samples, "samples", d.Samples, "how actors hand over transitions: auto (into the shard on the trainer's host) or stream")
 	fs.IntVar(&d.Chunk, "chunk", d.Chunk, "transitions per sample-stream record")
 	fs.BoolVar(&d.TCP, "tcp", false, "use TCP for every stream, as across hosts")
-	fs.IntVar(&d.InferBatch, "infer-batch", 0, "policy workers: largest batch (default: one request per actor served)")
-	fs.DurationVar(&d.InferDelay, "infer-delay", d.InferDelay, "policy workers: longest wait of a request for its batch")
+	fs.IntVar(&d.EnvsPerActor, "envs-per-actor", d.EnvsPerActor, "K: every actor steps a ring of K environments, and asks its policy worker for their K actions in one request")
+	fs.IntVar(&d.InferBatch, "infer-batch", 0, "policy workers: largest batch in observations (default: one request of K per actor served)")
+	fs.DurationVar(&d.InferDelay, "infer-delay", d.InferDelay, "policy workers: longest wait of a request for its batch (within it the wait follows the actors' pace)")
 	fs.DurationVar(&d.Bench, "bench", 0, "measure environment frames/s for this long instead of learning to a target")
 	fs.DurationVar(&d.BenchWarmup, "bench-warmup", d.BenchWarmup, "time before the --bench measurement starts")
 
