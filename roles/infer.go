@@ -449,10 +449,12 @@ func (s *InferenceServer) due(now time.Time) time.Time {
 			}
 		}
 	}
+	// The order of the locks is that of Batch.send: life, then paceMu.
+	s.life.RLock()
+	defer s.life.RUnlock()
 	s.paceMu.Lock()
 	defer s.paceMu.Unlock()
 	if s.seg != nil {
-		s.life.RLock()
 		if !s.shut {
 			for i := range s.slotPace {
 				owner := int(atomic.LoadUint32(s.seg.u32(inferHeader+i*s.slotSize+slotOwner))) - 1
@@ -469,7 +471,6 @@ func (s *InferenceServer) due(now time.Time) time.Time {
 				consider(p)
 			}
 		}
-		s.life.RUnlock()
 	}
 	for p := range s.tcpPace {
 		consider(p)
