@@ -242,6 +242,9 @@ func (r *rankRun) actor(ctx context.Context) error {
 					return err
 				}
 			}
+			if s.Stop {
+				return r.stopped(ctx, s, trainer)
+			}
 			versions[e].push(version)
 			ep, ended, err := env.StepAction(actions[e], emits[e])
 			if err != nil {
