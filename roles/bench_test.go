@@ -53,51 +53,55 @@ func BenchmarkInferenceRoundTrip(b *testing.B) {
 }
 
 // BenchmarkInferenceBatch: eight actors in a loop against one policy worker that
-// batches them: requests per second and the mean batch.
+// batches them, each request carrying k observations: requests and
+// observations per second, and the mean batch.
 func BenchmarkInferenceBatch(b *testing.B) {
 	const actors = 8
 	for _, l := range benchLayouts {
-		b.Run(fmt.Sprintf("%s/actors=%d", l.name, actors), func(b *testing.B) {
-			w := rolestest.World(b, actors+1, l.layout)
-			ctx := context.Background()
-			srv, err := roles.NewInferenceServer(ctx, w.Bootstrap(0), "pi", roles.InferenceConfig{ObsBytes: 256, ActBytes: 16, MaxBatch: actors, MaxDelay: time.Millisecond})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer srv.Close()
-			var batches atomic.Int64
-			pctx, stop := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			wg.Go(func() {
-				rolestest.ServePolicy(pctx, srv, func() uint64 { return uint64(batches.Add(1)) }, tagged)
-			})
-			defer func() { stop(); wg.Wait() }()
-			clients := make([]*roles.InferenceClient, actors)
-			for i := range clients {
-				if clients[i], err = roles.DialInference(ctx, w.Bootstrap(i+1), "pi", 0); err != nil {
+		for _, k := range []int{1, 16} {
+			b.Run(fmt.Sprintf("%s/actors=%d/k=%d", l.name, actors, k), func(b *testing.B) {
+				w := rolestest.World(b, actors+1, l.layout)
+				ctx := context.Background()
+				srv, err := roles.NewInferenceServer(ctx, w.Bootstrap(0), "pi", roles.InferenceConfig{ObsBytes: 256, ActBytes: 16, MaxBatch: actors * k, MaxRequestObs: k, MaxDelay: time.Millisecond})
+				if err != nil {
 					b.Fatal(err)
 				}
-				defer clients[i].Close()
-			}
-			var next atomic.Int64
-			b.ResetTimer()
-			batches.Store(0)
-			var g sync.WaitGroup
-			for _, c := range clients {
-				g.Go(func() {
-					obs, act := make([]byte, 256), make([]byte, 16)
-					for next.Add(1) <= int64(b.N) {
-						if _, err := c.Infer(ctx, obs, act); err != nil {
-							b.Error(err)
-							return
-						}
-					}
+				defer srv.Close()
+				var batches atomic.Int64
+				pctx, stop := context.WithCancel(ctx)
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					rolestest.ServePolicy(pctx, srv, func() uint64 { return uint64(batches.Add(1)) }, tagged)
 				})
-			}
-			g.Wait()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
-			b.ReportMetric(float64(b.N)/float64(max(batches.Load(), 1)), "requests/batch")
-		})
+				defer func() { stop(); wg.Wait() }()
+				clients := make([]*roles.InferenceClient, actors)
+				for i := range clients {
+					if clients[i], err = roles.DialInference(ctx, w.Bootstrap(i+1), "pi", 0); err != nil {
+						b.Fatal(err)
+					}
+					defer clients[i].Close()
+				}
+				var next atomic.Int64
+				b.ResetTimer()
+				batches.Store(0)
+				var g sync.WaitGroup
+				for _, c := range clients {
+					g.Go(func() {
+						obs, act := make([]byte, 256*k), make([]byte, 16*k)
+						for next.Add(1) <= int64(b.N) {
+							if _, err := c.InferMany(ctx, obs, k, act); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				g.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+				b.ReportMetric(float64(b.N*k)/b.Elapsed().Seconds(), "observations/s")
+				b.ReportMetric(float64(b.N)/float64(max(batches.Load(), 1)), "requests/batch")
+			})
+		}
 	}
 }
 

@@ -38,7 +38,8 @@
 //     NewInferenceServer(ctx, world, "pi", cfg).
 //  2. Loops: Next(ctx) for a batch; MaybeRefresh(ctx, step) the parameters;
 //     run the policy on the batch's observations (Obs, or Gather for one
-//     matrix); Reply(actions, reader.Version()).
+//     matrix); Reply(actions, reader.Version()), or write each action into
+//     its Action view and Send(reader.Version()).
 //  3. Closes the server and the reader.
 //
 // An actor (plan.Actors):
@@ -48,7 +49,9 @@
 //     plan.TrainerOf.
 //  2. Loops: version, err := Infer(ctx, obs, act); step the environment; when a
 //     trajectory is done, Push(ctx, Record{Version: version, Data: traj}) (Push
-//     blocks while the trainer's queue for it is full).
+//     blocks while the trainer's queue for it is full). An actor stepping a
+//     ring of K environments sends their K observations in one request,
+//     InferMany(ctx, obs, K, acts), and steps each with its action.
 //  3. Closes both.
 //
 // In inline mode (plan.Inline: a job with no policy workers) an actor runs the
@@ -62,9 +65,13 @@
 //
 // # Buffers
 //
-// Batch.Obs views point into the stream (the shared-memory slot of a local
-// actor): read-only, valid until Reply. Batch.Reply copies the actions.
-// Infer copies obs in and the action out; the caller keeps both buffers.
+// A batch has one row per observation: a request of K observations is K rows,
+// in order, and MaxBatch counts rows. Batch.Obs and Batch.Action views point
+// into the stream (the shared-memory slot of a local actor, so observations
+// are read and actions written in place): Obs is read-only, both are valid
+// until Reply or Send. Batch.Reply copies the actions into the Action views.
+// Infer and InferMany copy obs in and the actions out; the caller keeps its
+// buffers.
 // Reader.Params belongs to the reader and is valid until the next call that
 // takes a newer version. Publish copies params. Push copies rec.Data.
 // SampleReceiver.Recv returns a view (shared memory for a local actor) valid

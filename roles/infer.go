@@ -17,24 +17,35 @@ import (
 
 // InferenceConfig describes a policy worker's inference stream.
 type InferenceConfig struct {
-	// MaxBatch flushes a batch as soon as it holds this many requests (default 64).
+	// MaxBatch is the most observations a batch holds (default 64, or
+	// MaxRequestObs if that is more): a request of n observations counts n,
+	// and one that would overflow the batch waits for the next.
 	MaxBatch int
-	// MaxDelay flushes a batch once its oldest request has waited this long
-	// (default 2ms). A batch is also flushed as soon as every attached client
-	// has a request in it, since no more can come.
+	// MaxDelay bounds how long a batch waits for more requests once its oldest
+	// has arrived (default 2ms). Within that bound the wait is adaptive (see
+	// Next): a batch goes out as soon as every attached client has a request
+	// in it, and otherwise once the clients missing from it are overdue by
+	// their own recent pace.
 	MaxDelay time.Duration
 	// ObsBytes is the size of the largest observation (required).
 	ObsBytes int
 	// ActBytes is the size of every action (required).
 	ActBytes int
+	// MaxRequestObs is the most observations one request may carry (default
+	// 1): an actor stepping a ring of K environments sends all K in one
+	// request (InferMany) and gets K actions back.
+	MaxRequestObs int
 	// Slots is the number of shared-memory clients the server takes (default 64);
 	// TCP clients are not limited.
 	Slots int
 }
 
 func (c InferenceConfig) withDefaults() InferenceConfig {
+	if c.MaxRequestObs == 0 {
+		c.MaxRequestObs = 1
+	}
 	if c.MaxBatch == 0 {
-		c.MaxBatch = 64
+		c.MaxBatch = max(64, c.MaxRequestObs)
 	}
 	if c.MaxDelay == 0 {
 		c.MaxDelay = 2 * time.Millisecond
@@ -56,6 +67,12 @@ func (c InferenceConfig) Validate() error {
 		return fmt.Errorf("roles: InferenceConfig.ObsBytes %d: want 1 to 1GiB", c.ObsBytes)
 	case c.ActBytes < 1 || c.ActBytes > 1<<30:
 		return fmt.Errorf("roles: InferenceConfig.ActBytes %d: want 1 to 1GiB", c.ActBytes)
+	case c.MaxRequestObs < 1 || c.MaxRequestObs > 1<<20:
+		return fmt.Errorf("roles: InferenceConfig.MaxRequestObs %d: want 1 to 1048576", c.MaxRequestObs)
+	case c.MaxRequestObs > c.MaxBatch:
+		return fmt.Errorf("roles: InferenceConfig.MaxRequestObs %d: more than MaxBatch %d, so such a request fits no batch", c.MaxRequestObs, c.MaxBatch)
+	case int64(c.MaxRequestObs)*int64(max(c.ObsBytes, c.ActBytes)) > 1<<30:
+		return fmt.Errorf("roles: InferenceConfig.MaxRequestObs %d: requests of %d observations of %d bytes (or actions of %d) exceed 1GiB", c.MaxRequestObs, c.MaxRequestObs, c.ObsBytes, c.ActBytes)
 	case c.Slots < 1 || c.Slots > 1<<16:
 		return fmt.Errorf("roles: InferenceConfig.Slots %d: want 1 to 65536", c.Slots)
 	}
@@ -66,6 +83,7 @@ func (c InferenceConfig) Validate() error {
 //
 //	24   obs bytes u32, act bytes u32
 //	32   slot size u64
+//	40   observations per request u32 (MaxRequestObs)
 //	192  doorbell u32: the futex word the server sleeps on; clients bump it
 //	256  server sleeping u32
 //	320  attached u32: clients holding a slot
@@ -74,20 +92,23 @@ func (c InferenceConfig) Validate() error {
 // and in each slot:
 //
 //	+0    owner u32: 0 free, else the client's world rank + 1
-//	+64   state u32 (idle, request, busy, reply), obs length u32,
-//	      request tag u64 (+72), reply tag u64 (+80), version u64 (+88)
+//	+64   state u32 (idle, request, busy, reply), length of each observation
+//	      u32, request tag u64 (+72), reply tag u64 (+80), version u64 (+88),
+//	      observations in the request u32 (+96)
 //	+128  client futex word u32; +192 client sleeping u32
-//	+256  observation (ObsBytes, padded to 64), then action (ActBytes)
+//	+256  observations (MaxRequestObs × ObsBytes, padded to 64), then actions
+//	      (MaxRequestObs × ActBytes)
 //
-// A client owns its slot's observation while the state is idle, and writes the
-// state request; the server moves it to busy, reads the observation in place,
-// writes the action and moves it to reply; the client reads the action and moves
-// it back to idle.
+// A client owns its slot's observations while the state is idle, and writes the
+// state request; the server moves it to busy, reads the observations in place
+// (the batch's views point at them), has the policy write the actions in place
+// and moves it to reply; the client reads the actions and moves it back to idle.
 const (
-	inferMagic     = 0x31666e6972616567 // "gearinf1"
+	inferMagic     = 0x32666e6972616567 // "gearinf2"
 	inferOffObs    = 24
 	inferOffAct    = 28
 	inferOffSlotSz = 32
+	inferOffReqObs = 40
 	inferDoorbell  = 192
 	inferSleeping  = 256
 	inferAttached  = 320
@@ -99,6 +120,7 @@ const (
 	slotTag      = 72
 	slotReplyTag = 80
 	slotVersion  = 88
+	slotCount    = 96
 	slotWord     = 128
 	slotSleeping = 192
 	slotData     = 256
@@ -109,11 +131,14 @@ const (
 	stReply   = 3
 )
 
-func inferSlotSize(obs, act int) int { return slotData + align64(obs) + align64(act) }
+func inferSlotSize(obs, act, reqObs int) int {
+	return slotData + align64(reqObs*obs) + align64(reqObs*act)
+}
 
-// TCP framing of an inference stream: a request is tag u64, observation length
-// u32, 4 bytes of padding and the observation; a reply is tag u64, version u64 and
-// the action. A reply with tag goodbyeTag says the server closed the stream.
+// TCP framing of an inference stream: a request is tag u64, the length of each
+// observation u32, the number of observations u32 and the observations; a reply
+// is tag u64, version u64 and one action per observation. A reply with tag
+// goodbyeTag says the server closed the stream.
 const (
 	inferMagicTCP = "GRI1"
 	reqHeader     = 16
@@ -121,19 +146,25 @@ const (
 	goodbyeTag    = ^uint64(0)
 )
 
-// request is one observation in the server's hands.
+// request is one request, of n observations, in the server's hands.
 type request struct {
-	client  int // world rank of the client
-	obs     []byte
+	client  int    // world rank of the client
+	n       int    // observations
+	stride  int    // bytes of each observation
+	obs     []byte // n×stride bytes: a view of the slot or connection buffer
+	act     []byte // n×ActBytes bytes: where the actions go, in place
 	tag     uint64
 	arrived time.Time
 	from    replier
-	slot    int // shared-memory slot, for the shared-memory replier
+	slot    int   // shared-memory slot, for the shared-memory replier
+	pace    *pace // the client's pace, for the adaptive batching
+	row     int   // the request's first row in its batch
 }
 
-// replier delivers an action to the client of a request.
+// replier sends a request's actions (already written in place, in r.act) to
+// its client.
 type replier interface {
-	reply(r *request, act []byte, version uint64)
+	send(r *request, version uint64)
 }
 
 // InferenceServer is the policy worker's end of an inference stream: it gathers
@@ -160,6 +191,15 @@ type InferenceServer struct {
 
 	tcp      *tcpServer
 	tcpCount atomic.Int32
+
+	// Batching: gather is held by the Next that gathers; held is a request
+	// that did not fit the last batch. paceMu guards the clients' paces.
+	gather   chan struct{}
+	held     *request
+	paceMu   sync.Mutex
+	slotPace []pace
+	tcpPace  map[*pace]struct{}
+	stats    inferStats
 }
 
 // NewInferenceServer starts the inference stream name of this rank (a policy
@@ -180,12 +220,15 @@ func NewInferenceServer(ctx context.Context, b collective.Bootstrap, name string
 	}
 	s := &InferenceServer{
 		name: name, cfg: cfg, opt: opt,
-		reqs:   make(chan *request, cfg.Slots+256),
-		closed: make(chan struct{}),
+		reqs:    make(chan *request, cfg.Slots+256),
+		closed:  make(chan struct{}),
+		gather:  make(chan struct{}, 1),
+		tcpPace: map[*pace]struct{}{},
 	}
-	ep := endpoint{Rank: b.Rank(), Host: b.Host(), PID: os.Getpid(), Obs: cfg.ObsBytes, Act: cfg.ActBytes, Slots: cfg.Slots}
+	ep := endpoint{Rank: b.Rank(), Host: b.Host(), PID: os.Getpid(), Obs: cfg.ObsBytes, Act: cfg.ActBytes, Slots: cfg.Slots, ReqObs: cfg.MaxRequestObs}
 	if opt.transport != TransportTCP && shmSupported {
-		s.slotSize = inferSlotSize(cfg.ObsBytes, cfg.ActBytes)
+		s.slotSize = inferSlotSize(cfg.ObsBytes, cfg.ActBytes, cfg.MaxRequestObs)
+		s.slotPace = make([]pace, cfg.Slots)
 		segName := rank.SegmentName(jobID(b), fmt.Sprintf("roles.infer.%s.r%d.%x", name, b.Rank(), newNonce()[:4]))
 		seg, err := createSegment(segName, inferHeader+cfg.Slots*s.slotSize)
 		if err != nil {
@@ -196,6 +239,7 @@ func NewInferenceServer(ctx context.Context, b collective.Bootstrap, name string
 		binary.LittleEndian.PutUint32(seg.mem[inferOffObs:], uint32(cfg.ObsBytes))
 		binary.LittleEndian.PutUint32(seg.mem[inferOffAct:], uint32(cfg.ActBytes))
 		binary.LittleEndian.PutUint64(seg.mem[inferOffSlotSz:], uint64(s.slotSize))
+		binary.LittleEndian.PutUint32(seg.mem[inferOffReqObs:], uint32(cfg.MaxRequestObs))
 		atomic.StoreUint64(seg.u64(offMagic), inferMagic)
 		ep.Shm = seg.name
 		s.wg.Go(s.pollShm)
@@ -236,11 +280,19 @@ func (s *InferenceServer) Clients() int {
 }
 
 // Next returns the next batch: it waits for a first request, then gathers more
-// until the batch holds MaxBatch requests, or the first has waited MaxDelay, or
-// every attached client is in the batch. If ctx ends while a batch is partly
+// while they fit (MaxBatch observations; a request that does not fit opens the
+// next batch), until every attached client has a request in the batch, or no
+// client missing from it is due. A client's pace is the time from a reply to
+// its next request (a moving average); a missing client is waited for until
+// twice its pace has passed since its last reply, so a batch waits about as
+// long as its clients take to step their environments, and not at all for a
+// client that is slower than its pace, idle or gone. A client's pace is known
+// from its second request on: while a client of unknown pace misses, the batch
+// waits for MaxDelay. MaxDelay after
+// the first request's arrival bounds every wait. If ctx ends while a batch is partly
 // gathered, Next returns what it has (those clients wait for their replies);
 // with nothing gathered it returns ctx's error. Next may be called from several
-// goroutines; each batch goes to one of them.
+// goroutines; they gather one at a time, and each batch goes to one of them.
 //
 // Errors: ErrClosed after Close; the context's error.
 func (s *InferenceServer) Next(ctx context.Context) (*Batch, error) {
@@ -249,36 +301,72 @@ func (s *InferenceServer) Next(ctx context.Context) (*Batch, error) {
 		return nil, ErrClosed
 	default:
 	}
-	var first *request
 	select {
-	case first = <-s.reqs:
+	case s.gather <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-s.closed:
 		return nil, ErrClosed
 	}
-	b := &Batch{s: s, reqs: make([]*request, 1, s.cfg.MaxBatch)}
-	b.reqs[0] = first
-	deadline := first.arrived.Add(s.cfg.MaxDelay)
+	defer func() { <-s.gather }()
+	first := s.held
+	s.held = nil
+	if first == nil {
+		select {
+		case first = <-s.reqs:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-s.closed:
+			return nil, ErrClosed
+		}
+		s.arrive(first)
+	}
+	b := &Batch{s: s, reqs: make([]*request, 0, min(s.cfg.MaxBatch, 64))}
+	b.add(first)
+	limit := first.arrived.Add(s.cfg.MaxDelay)
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
+	// take adds r to the batch, or holds it for the next one when it does not
+	// fit; it reports whether the batch is full.
+	take := func(r *request) bool {
+		s.arrive(r)
+		if b.rows+r.n > s.cfg.MaxBatch {
+			s.held = r
+			return true
+		}
+		b.add(r)
+		return b.rows >= s.cfg.MaxBatch
+	}
+	why := &s.stats.full
 gather:
-	for len(b.reqs) < s.cfg.MaxBatch {
+	for b.rows < s.cfg.MaxBatch {
 		select {
 		case r := <-s.reqs:
-			b.reqs = append(b.reqs, r)
+			if take(r) {
+				break gather
+			}
 			continue
 		default:
 		}
 		if len(b.reqs) >= s.Clients() {
-			break // every attached client is in the batch
+			why = &s.stats.allIn // every attached client is in the batch
+			break
 		}
-		wait := time.Until(deadline)
+		now := time.Now()
+		until, paced := s.due(now), true
+		if until.After(limit) {
+			until, paced = limit, false
+		}
+		wait := until.Sub(now)
 		if wait <= 0 {
+			why = &s.stats.maxDelay
+			if paced {
+				why = &s.stats.paced
+			}
 			break
 		}
 		if timer == nil {
@@ -288,16 +376,150 @@ gather:
 		}
 		select {
 		case r := <-s.reqs:
-			b.reqs = append(b.reqs, r)
+			if take(r) {
+				break gather
+			}
 		case <-timer.C:
-			break gather
 		case <-ctx.Done():
+			why = &s.stats.cancelled
 			break gather
 		case <-s.closed:
 			return nil, ErrClosed
 		}
 	}
+	why.Add(1)
+	s.stats.batches.Add(1)
+	s.stats.requests.Add(int64(len(b.reqs)))
+	s.stats.observations.Add(int64(b.rows))
 	return b, nil
+}
+
+// pace is what the server knows of a client's rhythm: when it last got a
+// reply, and how long it then takes to send its next request.
+type pace struct {
+	client    int           // the client's world rank
+	lastReply time.Time     // zero before the first reply
+	think     time.Duration // moving average of reply-to-request times
+	known     bool          // think holds at least one sample
+	out       bool          // a request of the client is in the server's hands
+}
+
+// paceSlack is added to every client's due time: the resolution of the wait.
+const paceSlack = 20 * time.Microsecond
+
+// arrive notes r's arrival in its client's pace.
+func (s *InferenceServer) arrive(r *request) {
+	p := r.pace
+	if p == nil {
+		return
+	}
+	s.paceMu.Lock()
+	defer s.paceMu.Unlock()
+	if p.client != r.client {
+		*p = pace{client: r.client} // the slot has a new owner
+	}
+	if !p.out && !p.lastReply.IsZero() {
+		t := min(max(r.arrived.Sub(p.lastReply), 0), s.cfg.MaxDelay)
+		if !p.known {
+			p.think, p.known = t, true
+		} else {
+			p.think += (t - p.think) / 8
+		}
+	}
+	p.out = true
+}
+
+// due returns the time until which a batch should wait for the clients missing
+// from it (those with no request in the server's hands): the latest due time
+// (last reply + 2 × pace) of those whose due time lies ahead, or never (the
+// far future) while a client whose pace is unknown (not yet answered once and
+// asked again) misses; now when there is none.
+func (s *InferenceServer) due(now time.Time) time.Time {
+	until := now
+	never := false
+	consider := func(p *pace) {
+		switch {
+		case p.out:
+			// In this batch or in another.
+		case !p.known:
+			never = true
+		default:
+			if d := p.lastReply.Add(2*p.think + paceSlack); d.After(until) {
+				until = d
+			}
+		}
+	}
+	// The order of the locks is that of Batch.send: life, then paceMu.
+	s.life.RLock()
+	defer s.life.RUnlock()
+	s.paceMu.Lock()
+	defer s.paceMu.Unlock()
+	if s.seg != nil {
+		if !s.shut {
+			for i := range s.slotPace {
+				owner := int(atomic.LoadUint32(s.seg.u32(inferHeader+i*s.slotSize+slotOwner))) - 1
+				if owner < 0 {
+					continue
+				}
+				if _, lost := s.shmLost.Load(owner); lost {
+					continue
+				}
+				p := &s.slotPace[i]
+				if p.client != owner {
+					*p = pace{client: owner} // a new owner, not answered yet
+				}
+				consider(p)
+			}
+		}
+	}
+	for p := range s.tcpPace {
+		consider(p)
+	}
+	if never {
+		return now.Add(time.Hour)
+	}
+	return until
+}
+
+// replied notes the replies to b's requests in their clients' paces.
+func (s *InferenceServer) replied(b *Batch) {
+	now := time.Now()
+	s.paceMu.Lock()
+	defer s.paceMu.Unlock()
+	for _, r := range b.reqs {
+		if p := r.pace; p != nil {
+			p.out, p.lastReply = false, now
+		}
+	}
+}
+
+// InferenceStats counts the batches of a server and why each went out.
+type InferenceStats struct {
+	Batches, Requests, Observations int64
+	// Full batches held MaxBatch observations, or the next request did not fit.
+	Full int64
+	// AllIn batches held a request of every attached client.
+	AllIn int64
+	// Paced batches went out once no missing client was due.
+	Paced int64
+	// MaxDelay batches went out when their first request had waited MaxDelay.
+	MaxDelay int64
+	// Cancelled batches went out when the context of Next ended.
+	Cancelled int64
+}
+
+type inferStats struct {
+	batches, requests, observations         atomic.Int64
+	full, allIn, paced, maxDelay, cancelled atomic.Int64
+}
+
+// Stats returns the counts of the batches Next returned so far.
+func (s *InferenceServer) Stats() InferenceStats {
+	t := &s.stats
+	return InferenceStats{
+		Batches: t.batches.Load(), Requests: t.requests.Load(), Observations: t.observations.Load(),
+		Full: t.full.Load(), AllIn: t.allIn.Load(), Paced: t.paced.Load(), MaxDelay: t.maxDelay.Load(), Cancelled: t.cancelled.Load(),
+	}
 }
 
 // Close ends the stream: clients get an error saying that it was closed
@@ -383,6 +605,7 @@ func (s *InferenceServer) pollShm() {
 			return nil
 		}
 	}
+	actOff := slotData + align64(s.cfg.MaxRequestObs*s.cfg.ObsBytes)
 	for {
 		found := false
 		for i, st := range states {
@@ -394,15 +617,24 @@ func (s *InferenceServer) pollShm() {
 			atomic.StoreUint32(st, stBusy)
 			// A fresh request each time: the slot's next request is handed over
 			// through shared memory, which the race detector cannot see, so
-			// nothing on the Go heap may be reused across it.
-			obsLen := min(int(atomic.LoadUint32(seg.u32(base+slotObsLen))), s.cfg.ObsBytes)
+			// nothing on the Go heap may be reused across it. The observations
+			// stay where the client wrote them, and the actions go straight
+			// into the slot.
+			stride := min(int(atomic.LoadUint32(seg.u32(base+slotObsLen))), s.cfg.ObsBytes)
+			count := min(max(int(atomic.LoadUint32(seg.u32(base+slotCount))), 1), s.cfg.MaxRequestObs)
+			obs := base + slotData
+			act := base + actOff
 			r := &request{
 				client:  int(atomic.LoadUint32(seg.u32(base+slotOwner))) - 1,
+				n:       count,
+				stride:  stride,
 				tag:     atomic.LoadUint64(seg.u64(base + slotTag)),
-				obs:     seg.mem[base+slotData : base+slotData+obsLen : base+slotData+obsLen],
+				obs:     seg.mem[obs : obs+count*stride : obs+count*stride],
+				act:     seg.mem[act : act+count*s.cfg.ActBytes : act+count*s.cfg.ActBytes],
 				arrived: time.Now(),
 				from:    shmReplier{s},
 				slot:    i,
+				pace:    &s.slotPace[i],
 			}
 			select {
 			case s.reqs <- r:
@@ -422,11 +654,10 @@ func (s *InferenceServer) pollShm() {
 // shmReplier answers requests that came through shared memory.
 type shmReplier struct{ s *InferenceServer }
 
-func (sr shmReplier) reply(r *request, act []byte, version uint64) {
+func (sr shmReplier) send(r *request, version uint64) {
 	s := sr.s
 	seg := s.seg
 	base := inferHeader + r.slot*s.slotSize
-	copy(seg.mem[base+slotData+align64(s.cfg.ObsBytes):], act)
 	atomic.StoreUint64(seg.u64(base+slotVersion), version)
 	atomic.StoreUint64(seg.u64(base+slotReplyTag), r.tag)
 	atomic.StoreUint32(seg.u32(base+slotState), stReply)
@@ -438,29 +669,42 @@ type inferConn struct {
 	c     *tconn
 	req   request
 	obs   []byte
-	out   []byte        // the reply frame
+	out   []byte        // the reply frame; the actions are written into it in place
 	ready chan struct{} // the reply frame is filled
 }
 
 func (s *InferenceServer) serveConn(c *tconn) {
-	ic := &inferConn{c: c, obs: make([]byte, s.cfg.ObsBytes), out: make([]byte, repHeader+s.cfg.ActBytes), ready: make(chan struct{}, 1)}
-	ic.req = request{client: c.peer, from: ic}
+	a := s.cfg.ActBytes
+	ic := &inferConn{c: c, obs: make([]byte, s.cfg.MaxRequestObs*s.cfg.ObsBytes), out: make([]byte, repHeader+s.cfg.MaxRequestObs*a), ready: make(chan struct{}, 1)}
+	p := &pace{client: c.peer}
+	ic.req = request{client: c.peer, from: ic, pace: p}
 	s.tcpCount.Add(1)
 	defer s.tcpCount.Add(-1)
+	s.paceMu.Lock()
+	s.tcpPace[p] = struct{}{}
+	s.paceMu.Unlock()
+	defer func() {
+		s.paceMu.Lock()
+		delete(s.tcpPace, p)
+		s.paceMu.Unlock()
+	}()
 	var hdr [reqHeader]byte
 	for {
 		if _, err := io.ReadFull(c, hdr[:]); err != nil {
 			return
 		}
-		n := int(binary.LittleEndian.Uint32(hdr[8:]))
-		if n > s.cfg.ObsBytes {
+		stride := int(binary.LittleEndian.Uint32(hdr[8:]))
+		n := max(int(binary.LittleEndian.Uint32(hdr[12:])), 1)
+		if stride > s.cfg.ObsBytes || n > s.cfg.MaxRequestObs {
 			return // the client checks sizes; this one breaks the protocol
 		}
-		if _, err := io.ReadFull(c, ic.obs[:n]); err != nil {
+		if _, err := io.ReadFull(c, ic.obs[:n*stride]); err != nil {
 			return
 		}
 		ic.req.tag = binary.LittleEndian.Uint64(hdr[:])
-		ic.req.obs = ic.obs[:n:n]
+		ic.req.n, ic.req.stride = n, stride
+		ic.req.obs = ic.obs[: n*stride : n*stride]
+		ic.req.act = ic.out[repHeader : repHeader+n*a : repHeader+n*a]
 		ic.req.arrived = time.Now()
 		select {
 		case s.reqs <- &ic.req:
@@ -472,71 +716,124 @@ func (s *InferenceServer) serveConn(c *tconn) {
 		case <-s.closed:
 			return
 		}
-		if err := c.write(ic.out); err != nil {
+		if err := c.write(ic.out[:repHeader+n*a]); err != nil {
 			return
 		}
 	}
 }
 
-func (ic *inferConn) reply(r *request, act []byte, version uint64) {
+func (ic *inferConn) send(r *request, version uint64) {
 	binary.LittleEndian.PutUint64(ic.out[0:], r.tag)
 	binary.LittleEndian.PutUint64(ic.out[8:], version)
-	copy(ic.out[repHeader:], act)
 	select {
 	case ic.ready <- struct{}{}:
 	default:
 	}
 }
 
-// Batch is a set of requests that Next gathered. Its observation views point
-// into the stream's buffers (shared memory for local clients): they are valid
-// until Reply, and must not be written.
+// Batch is a set of requests that Next gathered, as rows: one per observation,
+// the observations of each request in order, requests in the order they were
+// gathered. Its observation views point into the stream's buffers (the
+// client's shared-memory slot for local clients), and so do its action views:
+// both are valid until Reply or Send; observations must not be written.
 type Batch struct {
 	s       *InferenceServer
 	reqs    []*request
+	of      []int32 // the request of each row
+	rows    int
 	replied bool
 }
 
-// Len is the number of requests.
-func (b *Batch) Len() int { return len(b.reqs) }
+func (b *Batch) add(r *request) {
+	r.row = b.rows
+	j := int32(len(b.reqs))
+	b.reqs = append(b.reqs, r)
+	for range r.n {
+		b.of = append(b.of, j)
+	}
+	b.rows += r.n
+}
 
-// Client is the world rank of the actor that sent request i.
-func (b *Batch) Client(i int) int { return b.reqs[i].client }
+// at returns the request of row i and the row's index in it.
+func (b *Batch) at(i int) (*request, int) {
+	r := b.reqs[b.of[i]]
+	return r, i - r.row
+}
 
-// Obs is the observation of request i: a view valid until Reply.
-func (b *Batch) Obs(i int) []byte { return b.reqs[i].obs }
+// Len is the number of rows: the observations of every request.
+func (b *Batch) Len() int { return b.rows }
+
+// Requests is the number of requests (each of one client).
+func (b *Batch) Requests() int { return len(b.reqs) }
+
+// Client is the world rank of the actor that sent row i.
+func (b *Batch) Client(i int) int { return b.reqs[b.of[i]].client }
+
+// Obs is the observation of row i: a view valid until Reply or Send.
+func (b *Batch) Obs(i int) []byte {
+	r, k := b.at(i)
+	return r.obs[k*r.stride : (k+1)*r.stride : (k+1)*r.stride]
+}
+
+// Action is where row i's action goes: a view of ActBytes in the stream's
+// buffer (the client's shared-memory slot, or the reply frame of a TCP
+// client), valid until Reply or Send. Fill every row's, then Send.
+func (b *Batch) Action(i int) []byte {
+	r, k := b.at(i)
+	a := b.s.cfg.ActBytes
+	return r.act[k*a : (k+1)*a : (k+1)*a]
+}
 
 // Gather copies the observations into dst, each padded to ObsBytes (zeros after
 // a shorter observation), and returns the filled part: the batch as one
 // Len()×ObsBytes matrix for a forward pass.
 func (b *Batch) Gather(dst []byte) []byte {
 	ob := b.s.cfg.ObsBytes
-	need := len(b.reqs) * ob
+	need := b.rows * ob
 	if cap(dst) < need {
 		dst = make([]byte, need)
 	}
 	dst = dst[:need]
-	for i, r := range b.reqs {
-		n := copy(dst[i*ob:(i+1)*ob], r.obs)
-		clear(dst[i*ob+n : (i+1)*ob])
+	for _, r := range b.reqs {
+		for k := range r.n {
+			row := dst[(r.row+k)*ob : (r.row+k+1)*ob]
+			n := copy(row, r.obs[k*r.stride:(k+1)*r.stride])
+			clear(row[n:])
+		}
 	}
 	return dst
 }
 
 // Reply answers every request: actions holds Len() actions of ActBytes each, in
-// request order, and version is the parameter version the policy used (the
-// actors record it with their trajectories). actions is copied; the observation
-// views are invalid once Reply returns.
+// row order, and version is the parameter version the policy used (the actors
+// record it with their trajectories). actions is copied into the stream's
+// buffers; the views are invalid once Reply returns.
 //
 // Errors: ErrClosed after the server's Close; a wrong actions length; a second
-// Reply.
+// Reply or Send.
 func (b *Batch) Reply(actions []byte, version uint64) error {
+	s := b.s
+	if len(actions) != b.rows*s.cfg.ActBytes && !b.replied {
+		return fmt.Errorf("roles: reply with %d bytes of actions for %d observations of %d bytes each", len(actions), b.rows, s.cfg.ActBytes)
+	}
+	a := s.cfg.ActBytes
+	return b.send(version, func() {
+		for _, r := range b.reqs {
+			copy(r.act, actions[r.row*a:(r.row+r.n)*a])
+		}
+	})
+}
+
+// Send answers every request with the actions written into the Action views,
+// and version (as Reply). The views are invalid once Send returns.
+//
+// Errors: ErrClosed after the server's Close; a second Reply or Send.
+func (b *Batch) Send(version uint64) error { return b.send(version, nil) }
+
+func (b *Batch) send(version uint64, fill func()) error {
 	s := b.s
 	if b.replied {
 		return errors.New("roles: batch already replied")
-	}
-	if len(actions) != len(b.reqs)*s.cfg.ActBytes {
-		return fmt.Errorf("roles: reply with %d bytes of actions for %d requests of %d bytes each", len(actions), len(b.reqs), s.cfg.ActBytes)
 	}
 	s.life.RLock()
 	defer s.life.RUnlock()
@@ -544,9 +841,12 @@ func (b *Batch) Reply(actions []byte, version uint64) error {
 		return ErrClosed
 	}
 	b.replied = true
-	a := s.cfg.ActBytes
-	for i, r := range b.reqs {
-		r.from.reply(r, actions[i*a:(i+1)*a], version)
+	if fill != nil {
+		fill()
+	}
+	s.replied(b)
+	for _, r := range b.reqs {
+		r.from.send(r, version)
 	}
 	return nil
 }

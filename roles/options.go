@@ -123,6 +123,7 @@ type endpoint struct {
 	Obs    int `json:"obs,omitempty"`
 	Act    int `json:"act,omitempty"`
 	Slots  int `json:"slots,omitempty"`
+	ReqObs int `json:"req_obs,omitempty"` // observations per inference request; 0 is 1
 	Floats int `json:"floats,omitempty"`
 	Ring   int `json:"ring,omitempty"`
 	Record int `json:"record,omitempty"`

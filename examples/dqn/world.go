@@ -51,6 +51,7 @@ func runWorld(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 		status *statusLine
 		window int
 		policy int
+		envs   int
 	)
 	hooks := dist.Hooks{
 		Logf: func(format string, args ...any) { fmt.Fprintf(stdout, "dqn: "+format+"\n", args...) },
@@ -60,14 +61,18 @@ func runWorld(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "dqn: CartPole-v1, seed %d, network %v, batch %d, lr %g, %d-step, target every %d, alpha %g, %s\n",
 				c.Seed, agent.LayerSizes(a, cartpole.ObsSize, cartpole.NumActions), a.BatchSize, a.LR, a.NStep, a.TargetUpdate,
 				a.PriorityExponent, goal(c))
+			actors := count(s.Actors, "actor")
+			if c.EnvsPerActor > 1 {
+				actors += fmt.Sprintf(" of %d environments each", c.EnvsPerActor)
+			}
 			fmt.Fprintf(stdout, "dqn: %s, %s, %s; transitions %s; replay %d per trainer, %s\n",
-				count(s.Trainers, "trainer"), count(s.Actors, "actor"), inference(s.Policies), handover(c), a.ReplayCapacity, limiter(c))
+				count(s.Trainers, "trainer"), actors, inference(s.Policies), handover(c), a.ReplayCapacity, limiter(c))
 			var err error
 			mu.Lock()
 			defer mu.Unlock()
 			curve, err = openCurve(o.curve)
 			status = newStatus(stdout, isTerminal(stdout), o.report)
-			window, policy = c.Window, s.Policies
+			window, policy, envs = c.Window, s.Policies, c.EnvsPerActor
 			return err
 		},
 		OnEpisode: func(p dist.Progress) {
@@ -96,8 +101,8 @@ func runWorld(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	p := res.Progress
 	if res.BenchElapsed > 0 {
 		gps := float64(p.GradSteps) / p.Elapsed.Seconds()
-		fmt.Fprintf(stdout, "dqn: bench: %s, %s: %.0f frames/s (%d frames in %.1fs), %.0f gradient steps/s\n",
-			count(p.Actors, "actor"), inference(policy), res.BenchFramesPerSecond(), res.BenchFrames, res.BenchElapsed.Seconds(), gps)
+		fmt.Fprintf(stdout, "dqn: bench: %s, %s: %.0f frames/s (%d frames in %.1fs), %.0f gradient steps/s, %s per actor\n",
+			count(p.Actors, "actor"), inference(policy), res.BenchFramesPerSecond(), res.BenchFrames, res.BenchElapsed.Seconds(), gps, count(envs, "environment"))
 		return 0
 	}
 	summary := summarize(p.Progress, window)

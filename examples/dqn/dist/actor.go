@@ -16,8 +16,9 @@ import (
 	"github.com/gear-rl/gear/store"
 )
 
-// actor runs an actor: it steps its environment, takes actions from its own
-// copy of the policy (inline) or from a policy worker, and hands every n-step
+// actor runs an actor: it steps its ring of EnvsPerActor environments in turn,
+// takes actions from its own copy of the policy (inline) or from a policy
+// worker (one request for the whole ring), and hands every n-step
 // transition, with the parameter version that chose its action, to its
 // trainer's table: written straight into the trainer's shard when on its
 // host, pushed through the sample stream otherwise. Finished episodes go to
@@ -25,13 +26,21 @@ import (
 func (r *rankRun) actor(ctx context.Context) error {
 	cfg := r.cfg
 	a := cfg.Agent
-	env := r.hooks.Env()
-	obsSize, numActions := env.ObsSize(), env.NumActions()
+	// The ring: one agent.Actor (environment and n-step accumulator) per
+	// environment; the first one's network is the inline policy of all.
+	k := cfg.EnvsPerActor
 	rng := r.rng(2)
-	act, err := agent.NewActor(env, agent.LayerSizes(a, obsSize, numActions), a.NStep, a.Gamma, rng)
-	if err != nil {
-		return err
+	ring := make([]*agent.Actor, k)
+	var obsSize, numActions int
+	for e := range ring {
+		env := r.hooks.Env()
+		obsSize, numActions = env.ObsSize(), env.NumActions()
+		var err error
+		if ring[e], err = agent.NewActor(env, agent.LayerSizes(a, obsSize, numActions), a.NStep, a.Gamma, rng); err != nil {
+			return err
+		}
 	}
+	act := ring[0]
 	index := slices.Index(r.plan.Actors, r.me)
 	trainer, _ := r.plan.TrainerOf(r.me)
 
@@ -117,16 +126,20 @@ func (r *rankRun) actor(ctx context.Context) error {
 		return r.actorEnd(err)
 	}
 	defer episodes.Close()
-	r.hooks.Logf("actor %d: rank %d, pid %d, %s, transitions to %s %s", index, r.me, pid, mode, r.who(trainer), path)
+	r.hooks.Logf("actor %d: rank %d, pid %d, %s, %s, transitions to %s %s", index, r.me, pid, plural(k, "environment"), mode, r.who(trainer), path)
 
 	// Each step becomes the first step of one transition, emitted in order:
-	// the versions of the steps wait in a queue for their transitions.
-	versions := &versionQueue{buf: make([]uint64, a.NStep+1)}
+	// the versions of each environment's steps wait in a queue for their
+	// transitions.
+	versions := make([]*versionQueue, k)
+	for e := range versions {
+		versions[e] = &versionQueue{buf: make([]uint64, a.NStep+1)}
+	}
 	key := actorKeyBase(cfg.Generation, index)
 	backlog := uint64(cfg.Backlog * max(1, len(r.actorsOf(trainer))))
 	var lastSeq uint64
 	committed := false
-	emit := func(t replay.Transition) error {
+	emitFrom := func(versions *versionQueue, t replay.Transition) error {
 		v := versions.pop()
 		if shard == nil {
 			chunk.add(key, v, t)
@@ -153,17 +166,26 @@ func (r *rankRun) actor(ctx context.Context) error {
 		return nil
 	}
 
-	obsBytes := make([]byte, 4*obsSize)
-	actBytes := make([]byte, 4)
+	emits := make([]func(replay.Transition) error, k)
+	for e := range emits {
+		emits[e] = func(t replay.Transition) error { return emitFrom(versions[e], t) }
+	}
+
+	obsBytes := make([]byte, 4*obsSize*k)
+	actBytes := make([]byte, 4*k)
+	actions := make([]int, k)
 	var epRecord []byte
 	version := uint64(1)
 	if theta != nil {
 		version = theta.Version()
 	}
-	for step := int64(0); ; step++ {
-		if step%int64(cfg.ParamEvery) == 0 {
+	var frames, checked int64 = 0, -1
+	for {
+		// Parameters and status at most every ParamEvery frames.
+		if frames/int64(cfg.ParamEvery) != checked {
+			checked = frames / int64(cfg.ParamEvery)
 			if theta != nil {
-				fresh, err := theta.MaybeRefresh(ctx, step)
+				fresh, err := theta.MaybeRefresh(ctx, frames)
 				if err != nil {
 					return r.actorEnd(err)
 				}
@@ -181,51 +203,67 @@ func (r *rankRun) actor(ctx context.Context) error {
 				return err
 			}
 		}
-		// Pacing: wait while this shard's unadmitted commits exceed the backlog.
-		for shard != nil && committed && lastSeq+1 > s.Admitted+backlog && !s.Stop {
-			if _, err := statusR.Wait(ctx, statusR.Version()+1); err != nil {
-				return r.actorEnd(err)
-			}
-			if err := takeStatus(); err != nil {
-				return err
-			}
-		}
 		if s.Stop {
 			return r.stopped(ctx, s, trainer)
 		}
 		eps := r.epsilon(s.Frames)
-		obs := act.Observe()
-		var action int
 		switch {
 		case inf == nil:
-			action = act.Act(obs, eps)
-		case eps > 0 && rng.Float64() < eps:
-			action = rng.IntN(numActions)
-		default:
-			for i, v := range obs {
-				binary.LittleEndian.PutUint32(obsBytes[4*i:], math.Float32bits(v))
+			for e, env := range ring {
+				actions[e] = act.Act(env.Observe(), eps)
 			}
-			if version, err = inf.Infer(ctx, obsBytes, actBytes); err != nil {
+		case k == 1 && eps > 0 && rng.Float64() < eps:
+			actions[0] = rng.IntN(numActions) // no need to ask
+		default:
+			for e, env := range ring {
+				for i, v := range env.Observe() {
+					binary.LittleEndian.PutUint32(obsBytes[4*(e*obsSize+i):], math.Float32bits(v))
+				}
+			}
+			var err error
+			if version, err = inf.InferMany(ctx, obsBytes, k, actBytes); err != nil {
 				return r.actorEnd(err)
 			}
-			action = int(int32(binary.LittleEndian.Uint32(actBytes)))
+			for e := range ring {
+				actions[e] = int(int32(binary.LittleEndian.Uint32(actBytes[4*e:])))
+				if k > 1 && eps > 0 && rng.Float64() < eps {
+					actions[e] = rng.IntN(numActions)
+				}
+			}
 		}
-		versions.push(version)
-		ep, ended, err := act.StepAction(action, emit)
-		if err != nil {
-			return r.actorEnd(err)
+		anyEnded := false
+		for e, env := range ring {
+			// Pacing: wait while this shard's unadmitted commits exceed the backlog.
+			for shard != nil && committed && lastSeq+1 > s.Admitted+backlog && !s.Stop {
+				if _, err := statusR.Wait(ctx, statusR.Version()+1); err != nil {
+					return r.actorEnd(err)
+				}
+				if err := takeStatus(); err != nil {
+					return err
+				}
+			}
+			if s.Stop {
+				return r.stopped(ctx, s, trainer)
+			}
+			versions[e].push(version)
+			ep, ended, err := env.StepAction(actions[e], emits[e])
+			if err != nil {
+				return r.actorEnd(err)
+			}
+			frames++
+			if !ended {
+				continue
+			}
+			anyEnded = true
+			epRecord = encodeEpisode(epRecord, ep)
+			if err := episodes.Push(ctx, roles.Record{Version: version, Data: epRecord}); err != nil {
+				return r.actorEnd(err)
+			}
 		}
-		if !ended {
-			continue
-		}
-		if chunk != nil && chunk.n > 0 {
+		if anyEnded && chunk != nil && chunk.n > 0 {
 			if err := stream.Push(ctx, roles.Record{Version: chunk.newest, Data: chunk.take()}); err != nil {
 				return r.actorEnd(err)
 			}
-		}
-		epRecord = encodeEpisode(epRecord, ep)
-		if err := episodes.Push(ctx, roles.Record{Version: version, Data: epRecord}); err != nil {
-			return r.actorEnd(err)
 		}
 	}
 }

@@ -62,10 +62,15 @@ type Config struct {
 	// TCP makes every stream use TCP, as across hosts (for measurements).
 	TCP bool `json:"tcp"`
 
+	// EnvsPerActor is K: every actor steps a ring of K environments, and
+	// through a policy worker sends their K observations in one request and
+	// steps each with its action.
+	EnvsPerActor int `json:"envs_per_actor"`
 	// InferBatch and InferDelay are the policy workers' batching: a batch is
-	// answered when it holds InferBatch requests (0: one per actor served), when
-	// every actor served has a request in it, or when the first has waited
-	// InferDelay.
+	// answered when it holds InferBatch observations (0: one request of
+	// EnvsPerActor observations per actor served), when every actor served
+	// has a request in it, or once the actors missing from it are overdue by
+	// their own pace (roles.InferenceServer.Next); InferDelay bounds the wait.
 	InferBatch int           `json:"infer_batch"`
 	InferDelay time.Duration `json:"infer_delay"`
 
@@ -101,6 +106,7 @@ func DefaultConfig() Config {
 		Backlog:      64,
 		Samples:      SamplesAuto,
 		Chunk:        8,
+		EnvsPerActor: 1,
 		InferDelay:   time.Millisecond,
 		BenchWarmup:  2 * time.Second,
 	}
@@ -167,8 +173,12 @@ func (c *Config) Validate(trainers int) error {
 		return bad("Samples", fmt.Sprintf("%q", c.Samples), fmt.Sprintf("%q or %q", SamplesAuto, SamplesStream))
 	case c.Chunk < 1 || c.Chunk > 1024:
 		return bad("Chunk", c.Chunk, "1 to 1024")
+	case c.EnvsPerActor < 1 || c.EnvsPerActor > 4096:
+		return bad("EnvsPerActor", c.EnvsPerActor, "1 to 4096")
 	case c.InferBatch < 0:
 		return bad("InferBatch", c.InferBatch, ">= 0")
+	case c.InferBatch > 0 && c.InferBatch < c.EnvsPerActor:
+		return bad("InferBatch", c.InferBatch, fmt.Sprintf("0 or at least EnvsPerActor (%d): a request carries the observations of every environment of an actor", c.EnvsPerActor))
 	case c.InferDelay < 0:
 		return bad("InferDelay", c.InferDelay, ">= 0")
 	case c.Bench < 0 || c.BenchWarmup < 0:

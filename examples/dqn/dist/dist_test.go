@@ -106,6 +106,58 @@ func TestPolicyWorkerAcrossHosts(t *testing.T) {
 	checkRatio(t, p, cfg)
 }
 
+// Actors stepping rings of environments through a policy worker, on one host
+// (shared memory) and on hosts of their own (TCP): each request carries the
+// observations of an actor's whole ring, the policy worker's batches count
+// them, and the run trains and keeps the ratio.
+func TestPolicyWorkerRingOfEnvs(t *testing.T) {
+	for _, l := range []struct {
+		name, layout string
+		k            int
+	}{{"shm", rolestest.OneHost, 4}, {"tcp", rolestest.EachAlone, 3}} {
+		t.Run(l.name, func(t *testing.T) {
+			w := rolestest.World(t, 4, l.layout)
+			cfg := quick(3000)
+			cfg.EnvsPerActor = l.k
+			var mu sync.Mutex
+			var lines []string
+			hooks := Hooks{Logf: func(format string, args ...any) {
+				mu.Lock()
+				defer mu.Unlock()
+				lines = append(lines, fmt.Sprintf(format, args...))
+			}}
+			res, errs := runRanks(t, w, []string{RoleTrainer, RolePolicy, RoleActor, RoleActor}, cfg, hooks)
+			for i, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d (%s): %v", i, res[i].Role, err)
+				}
+			}
+			p := res[0].Progress
+			t.Logf("%d episodes, %d frames, %d gradient steps, lag %.1f", p.Episodes, p.Frames, p.GradSteps, p.Lag)
+			if p.Frames < 2900 || p.GradSteps < 500 || p.Episodes < 10 {
+				t.Fatalf("progress %+v", p)
+			}
+			checkRatio(t, p, cfg)
+			var batches, reqs, obs int
+			for _, line := range lines {
+				fmt.Sscanf(line, "policy worker: %d batches of %d requests and %d observations", &batches, &reqs, &obs)
+			}
+			if batches == 0 || obs != l.k*reqs {
+				t.Fatalf("policy worker: %d batches of %d requests and %d observations, want %d observations per request (log %q)", batches, reqs, obs, l.k, lines)
+			}
+		})
+	}
+	bad := quick(100)
+	bad.EnvsPerActor = 0
+	if err := bad.Validate(1); err == nil || !strings.Contains(err.Error(), "EnvsPerActor") {
+		t.Errorf("EnvsPerActor 0: %v", err)
+	}
+	bad.EnvsPerActor, bad.InferBatch = 8, 4
+	if err := bad.Validate(1); err == nil || !strings.Contains(err.Error(), "InferBatch") {
+		t.Errorf("InferBatch 4 with 8 environments per actor: %v", err)
+	}
+}
+
 // Two data-parallel trainers: each its own shard and actors, gradients
 // averaged by all-reduce, the first deciding when to stop.
 func TestTwoTrainers(t *testing.T) {

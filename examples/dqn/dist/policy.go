@@ -27,9 +27,10 @@ func (r *rankRun) policy(ctx context.Context) error {
 	env := r.hooks.Env()
 	obsSize, numActions := env.ObsSize(), env.NumActions()
 	clients := r.plan.ClientsOf(r.me)
-	maxBatch := cfg.InferBatch
+	k := cfg.EnvsPerActor
+	maxBatch := cfg.InferBatch // in observations
 	if maxBatch == 0 {
-		maxBatch = max(1, len(clients))
+		maxBatch = max(1, len(clients)) * k
 	}
 
 	theta, err := roles.NewReader(ctx, r.b, thetaName, cfg.ParamEvery, r.opts...)
@@ -46,7 +47,7 @@ func (r *rankRun) policy(ctx context.Context) error {
 	}
 	srv, err := roles.NewInferenceServer(ctx, r.b, inferName, roles.InferenceConfig{
 		MaxBatch: maxBatch, MaxDelay: cfg.InferDelay, ObsBytes: 4 * obsSize, ActBytes: 4,
-		Slots: max(64, len(clients)),
+		MaxRequestObs: k, Slots: max(64, len(clients)),
 	}, r.opts...)
 	if err != nil {
 		return err
@@ -94,12 +95,21 @@ func (r *rankRun) policy(ctx context.Context) error {
 		stop(nil)
 		<-watchDone
 	}()
-	r.hooks.Logf("policy worker %d: rank %d, pid %d, serving %s, batches of up to %d, %v deadline",
-		slices.Index(r.plan.Policies, r.me), r.me, pid, plural(len(clients), "actor"), maxBatch, cfg.InferDelay)
+	r.hooks.Logf("policy worker %d: rank %d, pid %d, serving %s of %s each, batches of up to %d observations, waits paced by the actors and at most %v",
+		slices.Index(r.plan.Policies, r.me), r.me, pid, plural(len(clients), "actor"), plural(k, "environment"), maxBatch, cfg.InferDelay)
+	defer func() {
+		st := srv.Stats()
+		if st.Batches > 0 {
+			r.hooks.Logf("policy worker: %d batches of %d requests and %d observations (%.1f and %.1f a batch); out when full %d, all in %d, paced %d, at the deadline %d",
+				st.Batches, st.Requests, st.Observations, float64(st.Requests)/float64(st.Batches), float64(st.Observations)/float64(st.Batches),
+				st.Full, st.AllIn, st.Paced, st.MaxDelay)
+		}
+	}()
 
+	// The observations are read where the actors wrote them (their
+	// shared-memory slots) into the network's input, and the actions written
+	// straight into the slots.
 	obs := make([]float32, maxBatch*obsSize)
-	var raw []byte
-	acts := make([]byte, 4*maxBatch)
 	for step := int64(0); ; step++ {
 		b, err := srv.Next(ctx)
 		if err != nil {
@@ -115,13 +125,20 @@ func (r *rankRun) policy(ctx context.Context) error {
 			}
 		}
 		n := b.Len()
-		raw = b.Gather(raw)
-		floats(obs[:n*obsSize], raw)
+		for i := range n {
+			row := obs[i*obsSize : (i+1)*obsSize]
+			o := b.Obs(i)
+			if len(o) != 4*obsSize {
+				clear(row)
+				o = o[:min(len(o), 4*obsSize)&^3]
+			}
+			floats(row[:len(o)/4], o)
+		}
 		q := net.Forward(obs[:n*obsSize], n)
 		for i := range n {
-			binary.LittleEndian.PutUint32(acts[4*i:], uint32(agent.Argmax(q[i*numActions:(i+1)*numActions])))
+			binary.LittleEndian.PutUint32(b.Action(i), uint32(agent.Argmax(q[i*numActions:(i+1)*numActions])))
 		}
-		if err := b.Reply(acts[:4*n], theta.Version()); err != nil {
+		if err := b.Send(theta.Version()); err != nil {
 			return r.policyEnd(ctx, err)
 		}
 	}
