@@ -618,6 +618,135 @@ func TestMultiNodeElastic(t *testing.T) {
 	}
 }
 
+// TestMultiNodeElasticReplay: np = 6, min_np = 4, restarts = 1, two ranks on
+// each of three nodes, each rank with a replay shard of its own, checkpointed
+// to the job's checkpoint directory. Every rank of one node is killed at once
+// (kill -9, its slurmd left alone): gearrun finds every rank of the node dead
+// of SIGKILL and starts the next generation on the other two nodes, 4 ranks;
+// the survivors restore the lost node's shards from their checkpoints (and
+// the orphaned ranks 4 and 5's), every row of the 6 old shards is in the new
+// world exactly once, and the job ends 0. No rank process and no shared-memory
+// segment of the job is left.
+func TestMultiNodeElasticReplay(t *testing.T) {
+	jobstest.RequireNodes(t, 3)
+	dir, ckpt := t.TempDir(), t.TempDir()
+	bin := multinodeBinary(t)
+	spec := multinodeSpec(t, "mn-elastic-replay", 2, "", "elastic", dir)
+	b, err := os.ReadFile(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Replace(string(b), "np = 6\n", fmt.Sprintf("np = 6\nmin_np = 4\nrestarts = 1\ncheckpoint_dir = %q\n", ckpt), 1)
+	if err := os.WriteFile(spec, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := submit(t, spec)
+	pids, nodes := map[int]int{}, map[int]string{}
+	deadline := time.Now().Add(jobstest.WaitLimit)
+	for len(pids) < 6 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
+		}
+		if s := j.SlurmState(); s != "" && s != "PENDING" && s != "RUNNING" && s != "CONFIGURING" {
+			t.Fatalf("job %s before the kill; log:\n%s", s, j.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+		for r := range 6 {
+			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+				pids[r], _ = strconv.Atoi(f[1])
+				nodes[r] = f[0]
+			}
+		}
+	}
+	victim := nodes[2]
+	var killed []int
+	args := []string{"-9"}
+	for r := range 6 {
+		if nodes[r] == victim {
+			killed = append(killed, r)
+			args = append(args, strconv.Itoa(pids[r]))
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	// Both ranks of the node in one command, as an operator (or the OOM
+	// killer) would: neither dies of gearrun's own stop.
+	start := time.Now()
+	if out, err := exec.Command("kill", args...).CombinedOutput(); err != nil {
+		t.Fatalf("kill %v: %v\n%s", args, err, out)
+	}
+	var log string
+	var endedAt time.Duration
+	for time.Since(start) < 90*time.Second {
+		if log = j.Logs(); strings.Contains(log, "gearrun: job mn-elastic-replay completed") || strings.Contains(log, "gearrun: job mn-elastic-replay failed") {
+			endedAt = time.Since(start)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("ranks %v on %s killed; gearrun ended after %v", killed, victim, endedAt)
+	if !strings.Contains(log, "gearrun: job mn-elastic-replay completed: 4 ranks exited with status 0") {
+		t.Fatalf("the job did not complete with 4 ranks; log:\n%s", log)
+	}
+	m := regexp.MustCompile(`(?m)gearrun: restart 1 of 1: .*; node (\S+): every rank died \(killed by SIGKILL\); next world: 4 ranks on (\S+),(\S+)$`).FindStringSubmatch(log)
+	if m == nil || m[1] != victim || m[2] == victim || m[3] == victim {
+		t.Errorf("no restart line naming node %s, its ranks' deaths and the next world; log:\n%s", victim, log)
+	} else {
+		t.Log(m[0])
+	}
+	// Each old shard taken over once, by a rank of the new world; the lost
+	// node's from their checkpoints, by ranks on the other nodes.
+	took := regexp.MustCompile(`(?m)MN elastic rank (\d)/4 generation 1 node (\S+): (re-attached|restored) (\d+) rows of old rank (\d) \(node (\S+)\) from (.*)$`)
+	by := map[int][]string{}
+	for _, m := range took.FindAllStringSubmatch(log, -1) {
+		old, _ := strconv.Atoi(m[5])
+		by[old] = append(by[old], m[0])
+		if m[4] != "300" {
+			t.Errorf("%q: want 300 rows", m[0])
+		}
+		if m[2] == victim {
+			t.Errorf("%q: a rank of generation 1 on the lost node", m[0])
+		}
+		if m[6] != nodes[old] {
+			t.Errorf("%q: old rank %d ran on %s", m[0], old, nodes[old])
+		}
+		if slices.Contains(killed, old) {
+			if m[3] != "restored" || !strings.HasPrefix(m[7], "checkpoint shard."+m[5]+".ckpt") {
+				t.Errorf("%q: want the lost rank's shard restored from its checkpoint", m[0])
+			}
+			t.Logf("lost rank %d's shard: %s", old, m[0])
+		}
+	}
+	for r := range 6 {
+		if len(by[r]) != 1 {
+			t.Errorf("old rank %d's shard taken over %d times: %q; log:\n%s", r, len(by[r]), by[r], log)
+		}
+	}
+	if n := len(regexp.MustCompile(`(?m)MN elastic rank \d/4 generation 1 node \S+: every row accounted for: 6 old ranks x 300 = 1800 rows$`).FindAllString(log, -1)); n != 4 {
+		t.Errorf("%d ranks of generation 1 found every row, want 4; log:\n%s", n, log)
+	}
+	b, err = os.ReadFile(filepath.Join(StateDir(j.StateDir).JobDir(j.GearID), ExitFile))
+	if code := strings.TrimSpace(string(b)); err != nil || code != "0" {
+		t.Errorf("the batch script recorded exit %q (%v), want 0", code, err)
+	}
+	state := ""
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
+		if state = j.SlurmState(); state == "COMPLETED" {
+			break
+		}
+	}
+	if state != "COMPLETED" {
+		t.Errorf("SLURM state %q, want COMPLETED", state)
+	}
+	if left := processesOf(bin); len(left) > 0 {
+		t.Errorf("rank processes left: %v", left)
+	}
+	segs, _ := filepath.Glob("/dev/shm/*" + j.GearID + "*")
+	if len(segs) > 0 {
+		t.Errorf("shared-memory segments of the job left: %v", segs)
+	}
+}
+
 // processesIn lists the processes in network namespace netns ("net:[...]").
 func processesIn(netns string) []int {
 	var out []int

@@ -166,6 +166,20 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 				}
 				next = fmt.Sprintf("; node %s lost; next world: %d ranks on %s", strings.Join(dead, ","), world, strings.Join(nodes, ","))
 			}
+		} else if killed := g.killedNodes(res.FailedRanks); len(killed) > 0 && s.Launch.MinNP > 0 && s.Launch.MinNP < s.WorldSize() {
+			// Every rank of a node killed from outside (kill -9, the OOM
+			// killer): an elastic job goes on without that node, as it would
+			// without a dead one, if the nodes left hold min_np ranks.
+			left := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(killed, n) })
+			if w, err := shrunkWorld(s, len(hosts), len(left)); err == nil {
+				nodes, world = left, w
+				if first := nodeAddr(ctx, nodes[0]); first != "" {
+					firstAddr = first
+				}
+				next = fmt.Sprintf("; node %s: every rank died (killed by SIGKILL); next world: %d ranks on %s", strings.Join(killed, ","), world, strings.Join(nodes, ","))
+			} else {
+				next = fmt.Sprintf("; node %s: every rank died (killed by SIGKILL), but without it %v; next world on the same nodes", strings.Join(killed, ","), err)
+			}
 		}
 		fmt.Fprintf(stderr, "gearrun: restart %d of %d: %s%s\n", gen+1, s.Launch.Restarts, g.cause, next)
 	}
@@ -507,6 +521,37 @@ type stuckStepError struct {
 func (e *stuckStepError) Error() string { return e.lost + ": srun: " + e.err.Error() }
 func (e *stuckStepError) Unwrap() error { return e.err }
 
+// killedNodes lists the generation's nodes every rank of which died of
+// SIGKILL on its own, as its task reported it (exits, the ranks' records):
+// killed from outside the job, not stopped by SLURM or gearrun, which stop
+// ranks with SIGTERM and do not report the ranks they stop. A node with a
+// rank that failed otherwise, or that reported nothing, is not among them.
+func (g *slurmGeneration) killedNodes(exits []RankExit) []string {
+	killed := map[string]int{}
+	for _, e := range exits {
+		if e.Signal == syscall.SIGKILL.String() && e.Host != "" {
+			killed[e.Host]++
+		}
+	}
+	if len(killed) == 0 {
+		return nil
+	}
+	ranks := map[string]int{}
+	for r := range g.world {
+		ranks[g.nodeOfRank(r)]++
+	}
+	var out []string
+	for _, n := range g.hosts {
+		if ranks[n] > 0 && killed[n] == ranks[n] {
+			out = append(out, n)
+		}
+	}
+	if len(out) == len(g.hosts) {
+		return nil // every node: nothing to go on with
+	}
+	return out
+}
+
 // nodeOfRank names the node of rank r in the generation's step.
 func (g *slurmGeneration) nodeOfRank(r int) string {
 	tpn := g.getenv(rank.EnvSlurmTasksPerNode)
@@ -815,6 +860,8 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) }
 	cmd.WaitDelay = s.Launch.Grace.D()
+	var stopped atomic.Int64 // when ctx ended (SLURM stopped the task), unix ns
+	defer context.AfterFunc(ctx, func() { stopped.Store(t.now().UnixNano()) })()
 	if err := cmd.Start(); err != nil {
 		t.fail(RankExit{Rank: info.Rank, Role: info.Role, RoleRank: roleRank, Host: host, Status: 127})
 		return 127, fmt.Errorf("jobs: rank %d: %w", info.Rank, err)
@@ -853,12 +900,25 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 		case <-time.After(signalSettle):
 		}
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil || killed && killedOutside(stopped.Load(), ended, cmd.WaitDelay) {
 		// A rank stopped by SLURM is not the cause; only a rank that failed on
 		// its own is reported.
 		t.fail(re)
 	}
 	return re.Status, nil
+}
+
+// killedOutside reports whether a command that died of SIGKILL at ended, after
+// SLURM began to stop its task at stopped (unix ns, 0: not yet seen), was
+// killed from outside rather than by the task: the task sends SIGKILL only
+// waitDelay after its SIGTERM, so a death well within that was another's
+// doing (every rank of a node killed at once, the step's stop arriving as
+// they died).
+func killedOutside(stopped int64, ended time.Time, waitDelay time.Duration) bool {
+	if stopped == 0 {
+		return true
+	}
+	return ended.Sub(time.Unix(0, stopped)) < min(waitDelay/2, time.Second)
 }
 
 // signalSettle is how long a task waits for its own copy of a step-wide signal

@@ -562,3 +562,56 @@ func TestShrunkWorld(t *testing.T) {
 		}
 	}
 }
+
+func TestKilledNodes(t *testing.T) {
+	g := &slurmGeneration{
+		s:     &Spec{Launch: Launch{NP: 6, MinNP: 4, Restarts: 1}, Slurm: Slurm{Nodes: 3, NTasksPerNode: 2}},
+		hosts: []string{"n1", "n2", "n3"}, allocation: []string{"n1", "n2", "n3"}, world: 6,
+		getenv: func(k string) string {
+			if k == "SLURM_TASKS_PER_NODE" {
+				return "2(x3)"
+			}
+			return ""
+		},
+	}
+	kill := func(r int, host string) RankExit { return RankExit{Rank: r, Host: host, Status: 137, Signal: "killed"} }
+	fail := func(r int, host string) RankExit { return RankExit{Rank: r, Host: host, Status: 1} }
+	for _, tc := range []struct {
+		name  string
+		exits []RankExit
+		want  []string
+	}{
+		{"both ranks of n2 killed", []RankExit{kill(2, "n2"), fail(0, "n1"), kill(3, "n2"), fail(5, "n3")}, []string{"n2"}},
+		{"one rank of n2 killed", []RankExit{kill(2, "n2"), fail(0, "n1"), fail(3, "n2")}, nil},
+		{"only one rank reported", []RankExit{kill(3, "n2"), fail(4, "n3")}, nil},
+		{"terminated, not killed", []RankExit{{Rank: 2, Host: "n2", Status: 143, Signal: "terminated"}, {Rank: 3, Host: "n2", Status: 143, Signal: "terminated"}}, nil},
+		{"every node killed", []RankExit{kill(0, "n1"), kill(1, "n1"), kill(2, "n2"), kill(3, "n2"), kill(4, "n3"), kill(5, "n3")}, nil},
+		{"two nodes killed", []RankExit{kill(0, "n1"), kill(1, "n1"), kill(4, "n3"), kill(5, "n3")}, []string{"n1", "n3"}},
+	} {
+		if got := g.killedNodes(tc.exits); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: killedNodes = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestKilledOutside(t *testing.T) {
+	at := time.Unix(100, 0)
+	for _, tc := range []struct {
+		stopped time.Duration // before the end; 0: never stopped
+		want    bool
+	}{
+		{0, true},
+		{-time.Millisecond, true}, // stopped after it died
+		{50 * time.Millisecond, true},
+		{2 * time.Second, false},         // the task's own SIGKILL, grace after its SIGTERM
+		{1500 * time.Millisecond, false}, // past half the wait delay
+	} {
+		var stopped int64
+		if tc.stopped != 0 {
+			stopped = at.Add(-tc.stopped).UnixNano()
+		}
+		if got := killedOutside(stopped, at, 2*time.Second); got != tc.want {
+			t.Errorf("killedOutside(stopped %v before the end, wait delay 2s) = %v, want %v", tc.stopped, got, tc.want)
+		}
+	}
+}

@@ -15,6 +15,17 @@
 //	                      per rank naming its node and pid; in a restarted
 //	                      generation (GEAR_RESTART_COUNT > 0), 20 AllReduces
 //	                      and the end
+//	multinode elastic DIR an elastic replay: in the first generation every
+//	                      rank fills a store shard of its own with keyed
+//	                      rows, checkpoints it to GEAR_CHECKPOINT_DIR
+//	                      (shard.<rank>.ckpt, labelled with the world's
+//	                      size), writes DIR/<rank> as hold does and holds;
+//	                      in a smaller restarted world rank i takes over old
+//	                      rank i's shard (the segment on its node, else the
+//	                      checkpoint) and the checkpoints of old ranks j >=
+//	                      the new size with j mod size == i, and the world
+//	                      checks that every row of every old rank is in
+//	                      exactly one shard
 //
 // It exits non-zero, with the reason on stderr, when a check fails.
 package main
@@ -26,6 +37,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
 	"os"
@@ -46,7 +58,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: multinode allreduce|replay|mpmd|hold DIR")
+		fmt.Fprintln(os.Stderr, "usage: multinode allreduce|replay|mpmd|hold DIR|elastic DIR")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -61,6 +73,8 @@ func main() {
 		err = run(ctx, mpmd)
 	case "hold":
 		err = run(ctx, hold)
+	case "elastic":
+		err = run(ctx, elastic)
 	default:
 		err = fmt.Errorf("unknown mode %q", os.Args[1])
 	}
@@ -447,4 +461,179 @@ func hold(ctx context.Context, w *rank.World, c *collective.Comm) error {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// Elastic replay: rows per rank, and the key of row k of rank r.
+const elasticRows = 300
+
+func elasticKey(r, k int) uint64 { return uint64(r)<<32 | uint64(k) }
+
+func elasticSpec(capacity int) store.Spec {
+	return store.Spec{
+		Capacity: capacity,
+		Remover:  store.RemoverNone,
+		Columns:  []store.Column{{Name: "payload", DType: store.Float32, Shape: []int{16}, Length: 1}},
+	}
+}
+
+// elasticSegment names old rank r's shard on node.
+func elasticSegment(w *rank.World, node string, r int) string {
+	return rank.SegmentName(w.JobID(), fmt.Sprintf("mn.elastic.%s.%d", node, r))
+}
+
+// elasticCheckpoint is the path of rank r's shard checkpoint.
+func elasticCheckpoint(dir string, r int) string {
+	return filepath.Join(dir, fmt.Sprintf("shard.%d.ckpt", r))
+}
+
+// elastic: a shard per rank, checkpointed, then held until the world dies;
+// in the next, smaller, world the survivors take over every old shard.
+func elastic(ctx context.Context, w *rank.World, c *collective.Comm) error {
+	if len(os.Args) < 3 {
+		return errors.New("elastic: want a directory")
+	}
+	dir, ckpt := os.Args[2], w.CheckpointDir()
+	if ckpt == "" {
+		return errors.New("elastic: no checkpoint directory (GEAR_CHECKPOINT_DIR)")
+	}
+	if w.RestartCount() > 0 {
+		return elasticRestore(ctx, w, c, dir, ckpt)
+	}
+	shard, err := store.CreateOrOpen(elasticSegment(w, rank.NodeName(), w.Rank()), elasticSpec(elasticRows))
+	if err != nil {
+		return err
+	}
+	for k := range elasticRows {
+		p, err := shard.Allocate(ctx)
+		if err != nil {
+			return err
+		}
+		row := p.Block(0)
+		for i := range 16 {
+			binary.LittleEndian.PutUint32(row[4*i:], math.Float32bits(float32(w.Rank()*elasticRows+k)+float32(i)/16))
+		}
+		if _, err := p.CommitKey(elasticKey(w.Rank(), k), 1); err != nil {
+			return err
+		}
+	}
+	path := elasticCheckpoint(ckpt, w.Rank())
+	if err := shard.Checkpoint(ctx, path, store.WithLabel(uint64(w.Size()))); err != nil {
+		return err
+	}
+	fmt.Printf("MN elastic rank %d/%d node %s: %d rows, checkpoint %s\n", w.Rank(), w.Size(), rank.NodeName(), elasticRows, filepath.Base(path))
+	// The shard stays in shared memory, owned by this rank, until it dies:
+	// the next generation re-attaches it where it can.
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	return hold(ctx, w, c)
+}
+
+// elasticRestore is a restarted generation of elastic.
+func elasticRestore(ctx context.Context, w *rank.World, c *collective.Comm, dir, ckpt string) error {
+	me, n := w.Rank(), w.Size()
+	info, err := store.ReadCheckpointInfo(elasticCheckpoint(ckpt, me))
+	if err != nil {
+		return err
+	}
+	old := int(info.Label) // the size of the world that wrote the checkpoints
+	if old <= n {
+		return fmt.Errorf("elastic: checkpoints of a world of %d, this one has %d: want a smaller one", old, n)
+	}
+	oldNode := make([]string, old)
+	for j := range old {
+		b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(j)))
+		f := strings.Fields(string(b))
+		if err != nil || len(f) != 2 {
+			return fmt.Errorf("elastic: where old rank %d ran: %q, %v", j, b, err)
+		}
+		oldNode[j] = f[0]
+	}
+	mine := []int{me}
+	for j := n; j < old; j++ {
+		if j%n == me {
+			mine = append(mine, j)
+		}
+	}
+	shard, err := store.Create(rank.SegmentName(w.JobID(), fmt.Sprintf("mn.elastic.g%d.%d", w.RestartCount(), me)), elasticSpec(len(mine)*elasticRows))
+	if err != nil {
+		return err
+	}
+	defer shard.Close()
+	node := rank.NodeName()
+	for _, j := range mine {
+		how := "re-attached"
+		var got int
+		var prev *store.Shard
+		err := fs.ErrNotExist
+		if oldNode[j] == node {
+			// Only this node's shared memory: another node's is out of
+			// reach on a cluster (these nodes share /dev/shm).
+			prev, err = store.Open(elasticSegment(w, oldNode[j], j), elasticSpec(elasticRows))
+		}
+		if err == nil {
+			got, err = shard.MergeFrom(ctx, prev)
+			prev.Close() // its owner now: the segment goes
+		} else {
+			how = "restored"
+			got, err = shard.MergeCheckpoint(ctx, elasticCheckpoint(ckpt, j))
+		}
+		if err != nil {
+			return fmt.Errorf("elastic: old rank %d: %w", j, err)
+		}
+		src := "its segment"
+		if how == "restored" {
+			src = "checkpoint " + filepath.Base(elasticCheckpoint(ckpt, j))
+		}
+		fmt.Printf("MN elastic rank %d/%d generation %d node %s: %s %d rows of old rank %d (node %s) from %s\n",
+			me, n, w.RestartCount(), node, how, got, j, oldNode[j], src)
+	}
+	// Every row of every old rank, in exactly one shard of the new world.
+	counts := make([]int64, old+1) // per old rank, and the rows of no rank
+	for st := range shard.Rows() {
+		r, k := int(st.Key>>32), int(uint32(st.Key))
+		if r >= old || k >= elasticRows {
+			counts[old]++
+			continue
+		}
+		v, err := shard.Read(st.Ref())
+		if err != nil {
+			return err
+		}
+		if x := math.Float32frombits(binary.LittleEndian.Uint32(v.Block(0)[4:])); x != float32(r*elasticRows+k)+1.0/16 {
+			v.Done()
+			return fmt.Errorf("elastic: row of key %#x: payload %v", st.Key, x)
+		}
+		v.Done()
+		counts[r]++
+	}
+	if err := collective.AllReduce(ctx, c, counts, collective.Sum); err != nil {
+		return err
+	}
+	total := int64(0)
+	for j, v := range counts[:old] {
+		if v != elasticRows {
+			return fmt.Errorf("elastic: old rank %d: %d rows in the world, want %d", j, v, elasticRows)
+		}
+		total += v
+	}
+	if counts[old] != 0 {
+		return fmt.Errorf("elastic: %d rows of no old rank", counts[old])
+	}
+	fmt.Printf("MN elastic rank %d/%d generation %d node %s: every row accounted for: %d old ranks x %d = %d rows\n",
+		me, n, w.RestartCount(), node, old, elasticRows, total)
+	if err := c.Barrier(ctx); err != nil {
+		return err
+	}
+	if me == 0 {
+		// The old shards nobody took over from shared memory: those of the
+		// nodes this world left out, and of ranks restored elsewhere. The
+		// nodes share /dev/shm here, so rank 0 removes them all.
+		for j := range old {
+			if err := store.Remove(elasticSegment(w, oldNode[j], j)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
 }
