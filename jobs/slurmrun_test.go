@@ -34,6 +34,9 @@ while [ $# -gt 0 ]; do
 done
 i=0
 pids=""
+# As srun does, pass SIGTERM and SIGINT on to the tasks: a stopped step leaves
+# no task behind.
+trap 'kill -TERM $pids 2>/dev/null' TERM INT
 while [ $i -lt $n ]; do
 	SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_LOCALID=$i SLURM_NODEID=0 \
 	SLURM_JOB_NUM_NODES=1 SLURM_TASKS_PER_NODE=$n SLURMD_NODENAME=fakenode "$@" &
@@ -84,11 +87,44 @@ func runFakeSlurm(t *testing.T, doc string) (*Result, string, string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// When the test is done (a test that plays a stuck node ends its task
+	// itself), no process of the step may be left.
+	t.Cleanup(func() {
+		if left := tasksLeft(dir, 2*time.Second); len(left) > 0 {
+			t.Errorf("processes of the step left after the job ended: %v", left)
+			for _, pid := range left {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	res, err := sr.Run(ctx)
 	if err != nil {
 		t.Fatalf("SlurmRun: %v\nstderr:\n%s", err, stderr.String())
 	}
 	return res, stdout.String(), stderr.String()
+}
+
+// tasksLeft returns the processes whose command line names dir (the step's
+// tasks and their ranks), waiting up to patience for them to end.
+func tasksLeft(dir string, patience time.Duration) []int {
+	deadline := time.Now().Add(patience)
+	for {
+		var left []int
+		procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		for _, p := range procs {
+			b, err := os.ReadFile(p)
+			if err != nil || !bytes.Contains(b, []byte(dir)) {
+				continue
+			}
+			if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func TestSlurmRunMPMDRendezvous(t *testing.T) {
