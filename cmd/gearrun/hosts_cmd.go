@@ -171,17 +171,7 @@ func runOnHosts(plan *launch.Plan, opts launch.Options, rem launch.Remote, s std
 	defer signal.Stop(sigs)
 	opts.Stdout, opts.Stderr, opts.Signals = s.out, s.err, sigs
 	res, err := launch.RunOnHosts(context.Background(), plan, opts, rem)
-	if err != nil {
-		var je *launch.JobError
-		if !errors.As(err, &je) {
-			return failCode(s, launch.ExitLaunchFailed, err)
-		}
-		if !je.Announced {
-			fmt.Fprintf(s.err, "gearrun: %s\n", je.Cause)
-		}
-		return je.Code
-	}
-	return res.ExitCode
+	return jobExitCode(s, res, err)
 }
 
 // agentCommand is `gearrun agent`, which gearrun starts on each host over

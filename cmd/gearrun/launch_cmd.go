@@ -431,6 +431,13 @@ func runPlan(plan *launch.Plan, opts launch.Options, s stdio) int {
 	defer signal.Stop(sigs)
 	opts.Stdout, opts.Stderr, opts.Stdin, opts.Signals = s.out, s.err, s.in, sigs
 	res, err := launch.Run(context.Background(), plan, opts)
+	return jobExitCode(s, res, err)
+}
+
+// jobExitCode is gearrun's exit code for a job that ran (launch.Run or
+// RunOnHosts): the job's, after saying why it failed unless the launcher
+// already did.
+func jobExitCode(s stdio, res *launch.Result, err error) int {
 	if err != nil {
 		var je *launch.JobError
 		if !errors.As(err, &je) {
