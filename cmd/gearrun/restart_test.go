@@ -79,6 +79,12 @@ func elasticHelper(r int, dir string) int {
 			}
 		}
 	}
+	// Every rank has printed its line before rank 1 dies: the launcher's stop
+	// could otherwise reach rank 0 before its line.
+	if err := w.Barrier(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "barrier:", err)
+		return 1
+	}
 	kills, _ := strconv.Atoi(os.Getenv(envKills))
 	if r == 1 && gen < kills {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
