@@ -389,37 +389,13 @@ func TestMultiNodeDeadNode(t *testing.T) {
 	dir := t.TempDir()
 	bin := multinodeBinary(t)
 	j := submit(t, multinodeSpec(t, "mn-dead", 2, "", "hold", dir))
-	pids := map[int]int{}
-	var victimNode string
-	deadline := time.Now().Add(jobstest.WaitLimit)
-	for len(pids) < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-		for r := range 6 {
-			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
-			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-				pids[r], _ = strconv.Atoi(f[1])
-				if r == 2 {
-					victimNode = f[0]
-				}
-			}
-		}
-	}
+	pids, rankNodes := waitForRanks(t, j, dir, 6)
+	victimNode := rankNodes[2]
 	// The node is the network namespace of its ranks; it must not be ours.
-	netns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pids[2]))
-	own, _ := os.Readlink("/proc/self/ns/net")
-	if err != nil || netns == own {
-		t.Skipf("rank 2 is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", netns, err)
-	}
+	netns := requireOwnNamespace(t, pids[2])
 	// No other job may start on the node while it is dead (the tests of
 	// other packages may submit jobs meanwhile): drain it first.
-	scontrol := func(args ...string) {
-		if out, err := exec.Command("scontrol", args...).CombinedOutput(); err != nil {
-			t.Errorf("scontrol %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	scontrol := func(args ...string) { scontrolOrError(t, args...) }
 	scontrol("update", "nodename="+victimNode, "state=drain", "reason=gear-test-dead-node")
 	t.Cleanup(func() {
 		// Bring the node back (its slurmd), let SLURM finish the job there,
@@ -515,34 +491,10 @@ func TestMultiNodeElastic(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := submit(t, spec)
-	pids := map[int]int{}
-	var victimNode string
-	deadline := time.Now().Add(jobstest.WaitLimit)
-	for len(pids) < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-		for r := range 6 {
-			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
-			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-				pids[r], _ = strconv.Atoi(f[1])
-				if r == 2 {
-					victimNode = f[0]
-				}
-			}
-		}
-	}
-	netns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pids[2]))
-	own, _ := os.Readlink("/proc/self/ns/net")
-	if err != nil || netns == own {
-		t.Skipf("rank 2 is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", netns, err)
-	}
-	scontrol := func(args ...string) {
-		if out, err := exec.Command("scontrol", args...).CombinedOutput(); err != nil {
-			t.Errorf("scontrol %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	pids, rankNodes := waitForRanks(t, j, dir, 6)
+	victimNode := rankNodes[2]
+	netns := requireOwnNamespace(t, pids[2])
+	scontrol := func(args ...string) { scontrolOrError(t, args...) }
 	scontrol("update", "nodename="+victimNode, "state=drain", "reason=gear-test-elastic")
 	revived := false
 	revive := func() {
@@ -641,24 +593,7 @@ func TestMultiNodeElasticReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := submit(t, spec)
-	pids, nodes := map[int]int{}, map[int]string{}
-	deadline := time.Now().Add(jobstest.WaitLimit)
-	for len(pids) < 6 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
-		}
-		if s := j.SlurmState(); s != "" && s != "PENDING" && s != "RUNNING" && s != "CONFIGURING" {
-			t.Fatalf("job %s before the kill; log:\n%s", s, j.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-		for r := range 6 {
-			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
-			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-				pids[r], _ = strconv.Atoi(f[1])
-				nodes[r] = f[0]
-			}
-		}
-	}
+	pids, nodes := waitForRanks(t, j, dir, 6)
 	victim := nodes[2]
 	var killed []int
 	args := []string{"-9"}
@@ -784,4 +719,53 @@ func processesOf(path string) []int {
 		}
 	}
 	return out
+}
+
+// waitForRanks waits until each of the job's n ranks has written its node
+// and pid into dir/<rank> (the hold and elastic modes of the multinode
+// program do), and returns both by rank. A job that ends first fails the test.
+func waitForRanks(t *testing.T, j *jobstest.Job, dir string, n int) (pids map[int]int, nodes map[int]string) {
+	t.Helper()
+	pids, nodes = map[int]int{}, map[int]string{}
+	deadline := time.Now().Add(jobstest.WaitLimit)
+	for len(pids) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ranks never started; log:\n%s", j.Logs())
+		}
+		if s := j.SlurmState(); s != "" && s != "PENDING" && s != "RUNNING" && s != "CONFIGURING" {
+			t.Fatalf("job %s before its ranks started; log:\n%s", s, j.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+		for r := range n {
+			b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(r)))
+			if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+				pids[r], _ = strconv.Atoi(f[1])
+				nodes[r] = f[0]
+			}
+		}
+	}
+	return pids, nodes
+}
+
+// requireOwnNamespace returns the network namespace of a rank's pid
+// ("net:[...]"), the rank's node. It skips the test when that is this
+// process's namespace: the node is not one of scripts/slurm-local.sh up
+// --nodes, and killing it would kill this machine's processes.
+func requireOwnNamespace(t *testing.T, pid int) string {
+	t.Helper()
+	netns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	own, _ := os.Readlink("/proc/self/ns/net")
+	if err != nil || netns == own {
+		t.Skipf("pid %d is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", pid, netns, err)
+	}
+	return netns
+}
+
+// scontrolOrError runs scontrol with args and fails the test (without
+// stopping it) when scontrol does.
+func scontrolOrError(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("scontrol", args...).CombinedOutput(); err != nil {
+		t.Errorf("scontrol %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
 }
