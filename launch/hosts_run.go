@@ -667,7 +667,7 @@ func (hj *hostJob) rankEnded(r int, ax agentExit) {
 	rr := &hj.res.Ranks[r]
 	rr.Code, rr.Signal, rr.Status = ax.Code, ax.Signal, ax.Status
 	hj.log.Debug("launch: rank ended", "rank", r, "status", rr.Status)
-	hj.coord.RankExited(r, rr.Status)
+	hj.coord.RankExited(r, rr.Code == 0, rr.Status)
 	if rr.Code == 0 {
 		return
 	}
@@ -732,7 +732,7 @@ func (hj *hostJob) loseHost(h *hostConn, how string) {
 		hj.exited[r] = true
 		rr := &hj.res.Ranks[r]
 		rr.Code, rr.Status = ExitLaunchFailed, "lost with host "+h.name
-		hj.coord.RankExited(r, "host "+h.name+" lost")
+		hj.coord.RankExited(r, false, "host "+h.name+" lost")
 	}
 	hj.mu.Lock()
 	first := hj.cause == ""

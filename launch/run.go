@@ -831,7 +831,7 @@ func (j *job) exited(ev exitEvent) {
 		}
 	}
 	j.log.Debug("launch: rank ended", "rank", ev.rank, "status", rr.Status)
-	j.coord.RankExited(ev.rank, rr.Status)
+	j.coord.RankExited(ev.rank, rr.Code == 0, rr.Status)
 	if rr.Code == 0 {
 		return
 	}

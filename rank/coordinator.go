@@ -282,23 +282,39 @@ func (c *Coordinator) Close() error {
 }
 
 // RankExited tells the coordinator that rank's process ended (the launcher knows
-// this first). A rank that said goodbye is not lost; one that joined and did not is
-// lost now, with reason; one that never joined makes the world fail to assemble
+// this first); clean says it exited with status 0. A rank that said goodbye is
+// not lost. One that joined and did not is lost, with reason: at once after a
+// failure, and after ExitReportWait after a clean exit, since its goodbye may
+// still be on its way (the launcher can reap a rank before the coordinator
+// reads the rank's last frame), so that its peers do not give up on frames it
+// sent before it ended. One that never joined makes the world fail to assemble
 // as soon as any other rank is waiting for it.
-func (c *Coordinator) RankExited(rank int, reason string) {
+func (c *Coordinator) RankExited(rank int, clean bool, reason string) {
 	if rank < 0 || rank >= c.cfg.Size {
 		return
 	}
 	var post []func()
 	c.mu.Lock()
 	st := &c.ranks[rank]
-	switch st.phase {
-	case phaseAbsent:
+	switch {
+	case st.phase == phaseAbsent:
 		st.phase, st.reason = phaseExited, reason
 		if c.joinedN > 0 {
 			post = c.failLocked(fmt.Sprintf("rank %d ended before joining (%s)", rank, reason))
 		}
-	case phaseJoined:
+	case st.phase == phaseJoined && clean && !c.closed:
+		c.wg.Add(1)
+		time.AfterFunc(ExitReportWait, func() {
+			defer c.wg.Done()
+			c.mu.Lock()
+			var post []func()
+			if !c.closed {
+				post = c.lostLocked(rank, reason)
+			}
+			c.mu.Unlock()
+			run(post)
+		})
+	case st.phase == phaseJoined:
 		post = c.lostLocked(rank, reason)
 	}
 	c.mu.Unlock()

@@ -304,7 +304,7 @@ func TestMissingRankNamedInTimeoutError(t *testing.T) {
 
 func TestRankExitedBeforeJoiningFailsAtOnce(t *testing.T) {
 	c := newCoord(t, 2, nil)
-	c.RankExited(1, "exited with status 0")
+	c.RankExited(1, true, "exited with status 0")
 	start := time.Now()
 	_, err := Init(context.Background(), WithInfo(testInfo(c, 0, 2, "secret")), WithHostID("h"))
 	var re *RendezvousError
@@ -379,11 +379,47 @@ func TestLauncherReportedExitIsLoss(t *testing.T) {
 	if errs[0] != nil || errs[1] != nil {
 		t.Fatal(errs)
 	}
-	c.RankExited(1, "exited with status 3")
+	c.RankExited(1, false, "exited with status 3")
 	err := worlds[0].Barrier(context.Background())
 	var le *LostError
 	if !errors.As(err, &le) || le.Rank != 1 || !strings.Contains(err.Error(), "status 3") {
 		t.Fatalf("barrier: %v", err)
+	}
+}
+
+// A rank that exited with status 0 is reported by the launcher, which can reap
+// it before the coordinator reads its goodbye: the goodbye that follows within
+// ExitReportWait keeps it from being lost. A clean exit without a goodbye is
+// still a loss, naming the exit.
+func TestCleanExitBeforeGoodbyeIsNoLoss(t *testing.T) {
+	lostc := make(chan string, 4)
+	c := newCoord(t, 3, func(cfg *CoordinatorConfig) {
+		cfg.ExitReports = true
+		cfg.OnLost = func(r int, reason string) { lostc <- fmt.Sprintf("%d: %s", r, reason) }
+	})
+	worlds, errs := joinAll(t, c, 3, nil)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.RankExited(1, true, "exited with status 0")
+	if err := worlds[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.RankExited(2, true, "exited with status 0")
+	select {
+	case got := <-lostc:
+		if got != "2: exited with status 0" {
+			t.Fatalf("lost %q, want rank 2 alone (rank 1 said goodbye)", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("rank 2 exited without a goodbye and was never lost")
+	}
+	select {
+	case got := <-lostc:
+		t.Fatalf("lost %q as well", got)
+	case <-time.After(3 * ExitReportWait):
 	}
 }
 
@@ -515,7 +551,7 @@ func TestExitReportBeatsBrokenConnection(t *testing.T) {
 	// it a moment later.
 	worlds[1].conn.Close()
 	time.Sleep(10 * time.Millisecond)
-	c.RankExited(1, "killed by SIGSEGV")
+	c.RankExited(1, false, "killed by SIGSEGV")
 	err := worlds[0].Barrier(context.Background())
 	if !strings.Contains(err.Error(), "rank 1 lost: killed by SIGSEGV") {
 		t.Fatalf("barrier: %v", err)
