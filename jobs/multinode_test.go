@@ -404,20 +404,7 @@ func TestMultiNodeDeadNode(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("scripts/slurm-local.sh up: %v\n%s", err, out)
 		}
-		// The node may be back in service already (ReturnToService=2 when
-		// its slurmd registers); wait until it takes jobs.
-		exec.Command("scontrol", "update", "nodename="+victimNode, "state=resume").Run()
-		for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			out, _ := exec.Command("sinfo", "--noheader", "--Node", "--nodes="+victimNode, "--format=%t").Output()
-			st := strings.TrimSpace(string(out))
-			if strings.HasPrefix(st, "idle") || strings.HasPrefix(st, "mix") || strings.HasPrefix(st, "alloc") {
-				return
-			}
-			if time.Now().After(end) {
-				t.Errorf("node %s is %q 30s after its slurmd came back", victimNode, st)
-				return
-			}
-		}
+		resumeNode(t, victimNode)
 	})
 	time.Sleep(500 * time.Millisecond)
 	// The node's death, as far as this job and SLURM's hold on the node go:
@@ -506,7 +493,7 @@ func TestMultiNodeElastic(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("scripts/slurm-local.sh up: %v\n%s", err, out)
 		}
-		exec.Command("scontrol", "update", "nodename="+victimNode, "state=resume").Run()
+		resumeNode(t, victimNode)
 	}
 	t.Cleanup(revive)
 	time.Sleep(500 * time.Millisecond)
@@ -608,7 +595,7 @@ func TestMultiNodeElasticReplay(t *testing.T) {
 	// killer) would: neither dies of gearrun's own stop.
 	start := time.Now()
 	if out, err := exec.Command("kill", args...).CombinedOutput(); err != nil {
-		t.Fatalf("kill %v: %v\n%s", args, err, out)
+		t.Fatalf("kill %v: %v\n%s\njob's log:\n%s", args, err, out, j.Logs())
 	}
 	var log string
 	var endedAt time.Duration
@@ -767,5 +754,25 @@ func scontrolOrError(t *testing.T, args ...string) {
 	t.Helper()
 	if out, err := exec.Command("scontrol", args...).CombinedOutput(); err != nil {
 		t.Errorf("scontrol %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// resumeNode opens a node whose slurmd came back and waits until it takes
+// jobs again, so that the next test's job does not land on a node SLURM is
+// still bringing back. The node may be back in service already
+// (ReturnToService=2 when its slurmd registers).
+func resumeNode(t *testing.T, node string) {
+	t.Helper()
+	exec.Command("scontrol", "update", "nodename="+node, "state=resume").Run()
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		out, _ := exec.Command("sinfo", "--noheader", "--Node", "--nodes="+node, "--format=%t").Output()
+		st := strings.TrimSpace(string(out))
+		if strings.HasPrefix(st, "idle") || strings.HasPrefix(st, "mix") || strings.HasPrefix(st, "alloc") {
+			return
+		}
+		if time.Now().After(end) {
+			t.Errorf("node %s is %q 30s after its slurmd came back", node, st)
+			return
+		}
 	}
 }

@@ -433,10 +433,15 @@ func mpmd(ctx context.Context, w *rank.World, c *collective.Comm) error {
 // hold runs AllReduce until killed (or the world fails), after writing
 // DIR/<rank> with "<node> <pid>".
 func hold(ctx context.Context, w *rank.World, c *collective.Comm) error {
+	return holdWith(ctx, w, c, 1<<16, time.Millisecond)
+}
+
+// holdWith is hold with AllReduces of n floats, pause apart.
+func holdWith(ctx context.Context, w *rank.World, c *collective.Comm, n int, pause time.Duration) error {
 	if len(os.Args) < 3 {
 		return errors.New("hold: want a directory")
 	}
-	buf := make([]float32, 1<<16)
+	buf := make([]float32, n)
 	for i := 0; ; i++ {
 		if err := collective.AllReduce(ctx, c, buf, collective.Sum); err != nil {
 			fmt.Printf("MN hold rank %d node %s: allreduce %d: %v\n", w.Rank(), rank.NodeName(), i, err)
@@ -459,7 +464,7 @@ func hold(ctx context.Context, w *rank.World, c *collective.Comm) error {
 				return err
 			}
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(pause)
 	}
 }
 
@@ -526,7 +531,9 @@ func elastic(ctx context.Context, w *rank.World, c *collective.Comm) error {
 	if err := c.Barrier(ctx); err != nil {
 		return err
 	}
-	return hold(ctx, w, c)
+	// Held with small AllReduces at a slow pace: what matters here is the
+	// shards, and the machine's other work (and heartbeats) keep their CPU.
+	return holdWith(ctx, w, c, 64, 10*time.Millisecond)
 }
 
 // elasticRestore is a restarted generation of elastic.
