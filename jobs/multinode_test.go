@@ -582,20 +582,25 @@ func TestMultiNodeElasticReplay(t *testing.T) {
 	j := submit(t, spec)
 	pids, nodes := waitForRanks(t, j, dir, 6)
 	victim := nodes[2]
-	var killed []int
-	args := []string{"-9"}
+	var killed, victims []int
 	for r := range 6 {
 		if nodes[r] == victim {
 			killed = append(killed, r)
-			args = append(args, strconv.Itoa(pids[r]))
+			victims = append(victims, pids[r])
 		}
 	}
 	time.Sleep(500 * time.Millisecond)
-	// Both ranks of the node in one command, as an operator (or the OOM
-	// killer) would: neither dies of gearrun's own stop.
+	// Every rank of the node dies of SIGKILL, as when the OOM killer or an
+	// operator takes the node's processes: all are stopped first, so that
+	// none sees another's death and ends on its own before its SIGKILL
+	// (the signals go out one after another).
 	start := time.Now()
-	if out, err := exec.Command("kill", args...).CombinedOutput(); err != nil {
-		t.Fatalf("kill %v: %v\n%s\njob's log:\n%s", args, err, out, j.Logs())
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		for _, pid := range victims {
+			if err := syscall.Kill(pid, sig); err != nil {
+				t.Fatalf("%v to pid %d: %v\njob's log:\n%s", sig, pid, err, j.Logs())
+			}
+		}
 	}
 	var log string
 	var endedAt time.Duration
