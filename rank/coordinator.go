@@ -303,22 +303,30 @@ func (c *Coordinator) RankExited(rank int, clean bool, reason string) {
 			post = c.failLocked(fmt.Sprintf("rank %d ended before joining (%s)", rank, reason))
 		}
 	case st.phase == phaseJoined && clean && !c.closed:
-		c.wg.Add(1)
-		time.AfterFunc(ExitReportWait, func() {
-			defer c.wg.Done()
-			c.mu.Lock()
-			var post []func()
-			if !c.closed {
-				post = c.lostLocked(rank, reason)
-			}
-			c.mu.Unlock()
-			run(post)
-		})
+		c.loseLaterLocked(rank, reason)
 	case st.phase == phaseJoined:
 		post = c.lostLocked(rank, reason)
 	}
 	c.mu.Unlock()
 	run(post)
+}
+
+// loseLaterLocked makes rank lost with reason after ExitReportWait, unless it
+// said goodbye meanwhile (lostLocked then finds it no longer joined) or the
+// coordinator closed: the news that settles whether a rank that ended is lost
+// (its goodbye, the launcher's exit report) may still be on its way.
+func (c *Coordinator) loseLaterLocked(rank int, reason string) {
+	c.wg.Add(1)
+	time.AfterFunc(ExitReportWait, func() {
+		defer c.wg.Done()
+		c.mu.Lock()
+		var post []func()
+		if !c.closed {
+			post = c.lostLocked(rank, reason)
+		}
+		c.mu.Unlock()
+		run(post)
+	})
 }
 
 func run(fns []func()) {
@@ -394,17 +402,7 @@ func (c *Coordinator) serve(cc *coordConn) {
 		}
 		if rank >= 0 && !c.closed && c.ranks[rank].conn == cc && c.ranks[rank].phase == phaseJoined {
 			if c.cfg.ExitReports && !c.closed {
-				c.wg.Add(1)
-				time.AfterFunc(ExitReportWait, func() {
-					defer c.wg.Done()
-					c.mu.Lock()
-					var post []func()
-					if !c.closed {
-						post = c.lostLocked(rank, reason)
-					}
-					c.mu.Unlock()
-					run(post)
-				})
+				c.loseLaterLocked(rank, reason)
 			} else {
 				post = c.lostLocked(rank, reason)
 			}
