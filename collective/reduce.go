@@ -1,6 +1,9 @@
 package collective
 
-import "unsafe"
+import (
+	"sync"
+	"unsafe"
+)
 
 // kernel computes out[i] = a[i] op b[i] over whole elements of one type. out may be
 // a or b (the same slice); any other overlap is not allowed. The three slices have
@@ -15,10 +18,42 @@ type kernel func(out, a, b []byte)
 // arithmetic (Bytes) or op is unknown: the assembly kernel where there is one
 // for this CPU (reduce_amd64.go), else the Go one.
 func kernelFor(d DType, op Op) kernel {
-	if k := simdKernel(d, op); k != nil {
-		return k
+	if int(d) >= len(kernelTable[0]) || int(op) >= len(kernelTable[0][0]) {
+		return nil
 	}
-	return kernelGo(d, op)
+	kernelsOnce.Do(buildKernels)
+	return kernelTable[0][d][op]
+}
+
+// streamKernel returns the kernel for d and op whose stores bypass the cache,
+// or nil (reduce_amd64.go makes them).
+func streamKernel(d DType, op Op) kernel {
+	if int(d) >= len(kernelTable[1]) || int(op) >= len(kernelTable[1][0]) {
+		return nil
+	}
+	kernelsOnce.Do(buildKernels)
+	return kernelTable[1][d][op]
+}
+
+// The kernels of every element type and reduction, made once: a call picks its
+// kernel by index, without allocating the closures anew (a small AllReduce that
+// allocated on every call made the garbage collector run under the collectives).
+var (
+	kernelsOnce sync.Once
+	kernelTable [2][Float64 + 1][Max + 1]kernel // [streaming][dtype][op]
+)
+
+func buildKernels() {
+	for d := range kernelTable[0] {
+		for op := range kernelTable[0][d] {
+			k := simdKernel(DType(d), Op(op))
+			if k == nil {
+				k = kernelGo(DType(d), Op(op))
+			}
+			kernelTable[0][d][op] = k
+			kernelTable[1][d][op] = makeStreamKernel(DType(d), Op(op))
+		}
+	}
 }
 
 // kernelGo returns the Go kernel for op over elements of type d.

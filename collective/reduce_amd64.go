@@ -129,9 +129,9 @@ func simdKernel(d DType, op Op) kernel {
 	}
 }
 
-// streamKernel returns the kernel for d and op whose stores bypass the cache,
-// or nil.
-func streamKernel(d DType, op Op) kernel {
+// makeStreamKernel makes the kernel for d and op whose stores bypass the
+// cache, or nil.
+func makeStreamKernel(d DType, op Op) kernel {
 	_, asm := simdFuncs(d, op)
 	if asm == nil {
 		return nil

@@ -2,6 +2,6 @@
 
 package collective
 
-func simdKernel(DType, Op) kernel     { return nil }
-func streamKernel(DType, Op) kernel   { return nil }
-func streamCopy(dst, src []byte) bool { return false }
+func simdKernel(DType, Op) kernel       { return nil }
+func makeStreamKernel(DType, Op) kernel { return nil }
+func streamCopy(dst, src []byte) bool   { return false }
