@@ -200,6 +200,12 @@ func (c *Comm) Hosts() [][]int {
 	return out
 }
 
+// CPURanks returns how many ranks of the world share this machine's CPUs: the
+// ranks of this host, and those of other hosts under the same kernel (network
+// namespaces or containers of one machine). More of them than CPUs makes the
+// communicator's waits yield the CPU rather than spin.
+func (c *Comm) CPURanks() int { return c.cpuRanks }
+
 // Err returns the error that made the communicator fail, or nil.
 func (c *Comm) Err() error {
 	c.failMu.Lock()

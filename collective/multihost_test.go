@@ -185,6 +185,11 @@ func multiHostRank(t *testing.T) {
 	if len(hosts) != 2 || len(hosts[0]) != 2 || len(hosts[1]) != 2 {
 		t.Fatalf("rank %d: hosts %v, want two hosts of two ranks", w.Rank(), hosts)
 	}
+	// The two namespaces share this machine's kernel, so its CPUs: all four
+	// ranks count.
+	if got := c.CPURanks(); got != 4 {
+		t.Fatalf("rank %d: CPURanks() = %d, want 4 (two namespaces of one machine)", w.Rank(), got)
+	}
 	for _, count := range []int{0, 1, 13, 4001, 100003, 4 << 20} {
 		for _, op := range allOps {
 			if err := allReduceCase[int64](count, op)(ctx, c); err != nil {

@@ -41,6 +41,9 @@ ip netns add "$B"
 ip netns add "$S"
 ip -n "$S" link add br0 type bridge
 ip -n "$S" link set br0 up
+# A switch forwards frames without a firewall: where br_netfilter is loaded,
+# bridged frames would otherwise pass through iptables in the switch's namespace.
+ip netns exec "$S" sh -c 'for f in /proc/sys/net/bridge/bridge-nf-call-*; do [ -e "$f" ] && echo 0 >"$f"; done; true'
 for ns in A B; do
 	eval name=\$$ns
 	ip link add "v$ns$id" type veth peer name "s$ns$id"

@@ -110,7 +110,7 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 	smallB := fs.String("small-bcast", "-1", "largest tree Broadcast and Reduce (Tuning.SmallBroadcast); -1: default")
 	stream := fs.String("stream", "default", "smallest call written with streaming stores (Tuning.StreamBytes); \"never\" for none")
 	spin := fs.Duration("spin", -1, "shared-memory spin before sleeping (Tuning.Spin); negative: default")
-	bind := fs.String("bind", "auto", "pin every rank to one core: auto (when the host has a core per rank, as mpirun does), core, none")
+	bind := fs.String("bind", "auto", "pin every rank to one core: auto (when the machine has a core per rank, counting the ranks of other network namespaces on it, as mpirun does), core, none")
 	strategyFlag := fs.String("strategy", "", "allreduce only: run the layout-aware reduction of GEAR_GMI_LAYOUT (or --layout) with this strategy: auto (Algorithm 1), mpr, mrr, har")
 	layoutFlag := fs.String("layout", "", "allreduce only: the GMI-to-GPU mapping list, e.g. [[0,1,2],[3,4,5]], instead of GEAR_GMI_LAYOUT; implies --strategy auto")
 	if err := fs.Parse(args); err != nil {
@@ -184,7 +184,9 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 		mk = func(c *collective.Comm, size int) *benchCase { return allReduceLayoutCase(l, size) }
 		strategy = kv{"strategy", string(l.Strategy())}
 	}
-	if *bind == "core" || *bind == "auto" && localSize <= runtime.NumCPU() {
+	// auto binds when every rank on this machine's CPUs has a core of its own:
+	// ranks of other hosts under this kernel (network namespaces) count too.
+	if *bind == "core" || *bind == "auto" && max(localSize, c.CPURanks()) <= runtime.NumCPU() {
 		if err := bindToCore(local % runtime.NumCPU()); err != nil {
 			return err
 		}
