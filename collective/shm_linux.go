@@ -185,13 +185,31 @@ func (s *shmSegment) ringOf(i, slots, ringCap int) (head *uint64, data []byte) {
 	return u64at(s.mem, base), s.mem[base+shmRingHdr : base+shmRingHdr+ringCap : base+shmRingHdr+ringCap]
 }
 
-// wake rings the owner's doorbell if it sleeps.
+// wake rings the owner's doorbell if it sleeps: a frame for it.
 func (s *shmSegment) wake() {
-	if atomic.LoadUint32(s.sleeping()) != 0 {
+	if atomic.LoadUint32(s.sleeping()) != sleepingNot {
 		atomic.AddUint32(s.doorbell(), 1)
 		futex.Wake(s.doorbell(), 1<<30)
 	}
 }
+
+// wakeForRoom rings the owner's doorbell if it sleeps until a ring to a peer
+// has room: a rank that sleeps for a frame has no use for the news that its
+// peer read one of its own (each read woke it for nothing, and a sleeping rank
+// pays a switch to look).
+func (s *shmSegment) wakeForRoom() {
+	if atomic.LoadUint32(s.sleeping()) == sleepingForRoom {
+		atomic.AddUint32(s.doorbell(), 1)
+		futex.Wake(s.doorbell(), 1<<30)
+	}
+}
+
+// What a rank's sleeping word says.
+const (
+	sleepingNot     = 0
+	sleepingForData = 1 // a frame from some peer
+	sleepingForRoom = 2 // room in the ring to a peer
+)
 
 // shmPeer is what a rank needs to know about a rank of its host.
 type shmPeer struct {
@@ -560,7 +578,7 @@ func (l *shmLink) release() {
 	case 1:
 		l.rx.pos += uint64(l.heldSpan)
 		atomic.StoreUint64(l.rx.head, l.rx.pos)
-		l.t.segs[l.peer].wake()
+		l.t.segs[l.peer].wakeForRoom()
 	case 2:
 		l.t.pool.put(l.overflow[l.ovHead].own)
 		l.overflow[l.ovHead] = qframe{}
@@ -597,7 +615,7 @@ func (t *shmTransport) drain(waiting *shmLink) {
 			l.rx.pos += uint64(l.heldSpan)
 		}
 		atomic.StoreUint64(l.rx.head, l.rx.pos)
-		t.segs[l.peer].wake()
+		t.segs[l.peer].wakeForRoom()
 	}
 }
 
@@ -683,13 +701,17 @@ func (t *shmTransport) wait(ctx context.Context, l *shmLink, space uint64) error
 			return nil
 		}
 		bell := atomic.LoadUint32(own.doorbell())
-		atomic.StoreUint32(own.sleeping(), 1)
+		sleepFor := uint32(sleepingForData)
+		if !forData {
+			sleepFor = sleepingForRoom
+		}
+		atomic.StoreUint32(own.sleeping(), sleepFor)
 		if l.ready(space) || t.sig.failed.Load() {
-			atomic.StoreUint32(own.sleeping(), 0)
+			atomic.StoreUint32(own.sleeping(), sleepingNot)
 			continue
 		}
 		futex.Wait(own.doorbell(), bell, sleepSlice)
-		atomic.StoreUint32(own.sleeping(), 0)
+		atomic.StoreUint32(own.sleeping(), sleepingNot)
 	}
 }
 
