@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gear-rl/gear/collective"
 	"github.com/gear-rl/gear/collective/collectivetest"
@@ -138,5 +139,47 @@ func TestTCPParked(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSendCycleOverTCP: three ranks over TCP each Send a message larger than
+// the sockets hold to the next rank before they Recv from the previous one,
+// right after a collective (so every link's reader is paused for the calls
+// that read it). Every Send blocks until its receiver reads; the receiver
+// reads only once its own Send is done, unless its reader goroutines take over:
+// a Send that finds its socket full hands reading to every link's reader.
+func TestSendCycleOverTCP(t *testing.T) {
+	const n = 3
+	const size = 48 << 20 // more than the kernel buffers of one connection
+	comms, _ := collectivetest.Comms(t, n, collectivetest.Config{Transport: collectivetest.TCP})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	errs := collectivetest.Each(ctx, comms, func(ctx context.Context, c *collective.Comm) error {
+		r := c.Rank()
+		warm := []int64{int64(r)}
+		if err := collective.AllReduce(ctx, c, warm, collective.Sum); err != nil {
+			return err
+		}
+		out := make([]byte, size)
+		for i := range out {
+			out[i] = byte(r*7 + i)
+		}
+		if err := collective.Send(ctx, c, out, (r+1)%n, 5); err != nil {
+			return fmt.Errorf("send: %w", err)
+		}
+		from := (r + n - 1) % n
+		in := make([]byte, size)
+		if err := collective.Recv(ctx, c, in, from, 5); err != nil {
+			return fmt.Errorf("recv: %w", err)
+		}
+		for i, b := range in {
+			if want := byte(from*7 + i); b != want {
+				return fmt.Errorf("byte %d from rank %d is %d, want %d", i, from, b, want)
+			}
+		}
+		return nil
+	})
+	if errs != nil {
+		t.Fatal(errs)
 	}
 }
