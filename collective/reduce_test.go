@@ -219,6 +219,21 @@ func TestStreamKernels(t *testing.T) {
 	}
 }
 
+// TestKernelsAreMadeOnce: picking a call's kernels allocates nothing (they
+// were closures made on every call: four allocations per small AllReduce).
+func TestKernelsAreMadeOnce(t *testing.T) {
+	for _, d := range []DType{Int32, Int64, Float32, Float64} {
+		for _, op := range []Op{Sum, Prod, Min, Max} {
+			if kernelFor(d, op) == nil {
+				t.Fatalf("no kernel for %v %v", d, op)
+			}
+			if n := testing.AllocsPerRun(100, func() { _, _ = kernelFor(d, op), streamKernel(d, op) }); n != 0 {
+				t.Errorf("%v %v: picking the kernels made %v allocations", d, op, n)
+			}
+		}
+	}
+}
+
 func TestKernels(t *testing.T) {
 	checkKernel[float32](t, Float32)
 	checkKernel[float64](t, Float64)
