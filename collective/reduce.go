@@ -1,9 +1,6 @@
 package collective
 
-import (
-	"sync"
-	"unsafe"
-)
+import "unsafe"
 
 // kernel computes out[i] = a[i] op b[i] over whole elements of one type. out may be
 // a or b (the same slice); any other overlap is not allowed. The three slices have
@@ -21,7 +18,6 @@ func kernelFor(d DType, op Op) kernel {
 	if int(d) >= len(kernelTable[0]) || int(op) >= len(kernelTable[0][0]) {
 		return nil
 	}
-	kernelsOnce.Do(buildKernels)
 	return kernelTable[0][d][op]
 }
 
@@ -31,29 +27,26 @@ func streamKernel(d DType, op Op) kernel {
 	if int(d) >= len(kernelTable[1]) || int(op) >= len(kernelTable[1][0]) {
 		return nil
 	}
-	kernelsOnce.Do(buildKernels)
 	return kernelTable[1][d][op]
 }
 
 // The kernels of every element type and reduction, made once: a call picks its
 // kernel by index, without allocating the closures anew (a small AllReduce that
 // allocated on every call made the garbage collector run under the collectives).
-var (
-	kernelsOnce sync.Once
-	kernelTable [2][Float64 + 1][Max + 1]kernel // [streaming][dtype][op]
-)
+var kernelTable = buildKernels() // [streaming][dtype][op]
 
-func buildKernels() {
-	for d := range kernelTable[0] {
-		for op := range kernelTable[0][d] {
+func buildKernels() (t [2][Float64 + 1][Max + 1]kernel) {
+	for d := range t[0] {
+		for op := range t[0][d] {
 			k := simdKernel(DType(d), Op(op))
 			if k == nil {
 				k = kernelGo(DType(d), Op(op))
 			}
-			kernelTable[0][d][op] = k
-			kernelTable[1][d][op] = makeStreamKernel(DType(d), Op(op))
+			t[0][d][op] = k
+			t[1][d][op] = makeStreamKernel(DType(d), Op(op))
 		}
 	}
+	return t
 }
 
 // kernelGo returns the Go kernel for op over elements of type d.

@@ -144,21 +144,42 @@ func TestTCPParked(t *testing.T) {
 
 // TestSendCycleOverTCP: three ranks over TCP each Send a message larger than
 // the sockets hold to the next rank before they Recv from the previous one,
-// right after a collective (so every link's reader is paused for the calls
-// that read it). Every Send blocks until its receiver reads; the receiver
+// right after a token went around the same ring (so that the reader of every
+// link the big ones take is paused for the call that read it). Every Send blocks until its receiver reads; the receiver
 // reads only once its own Send is done, unless its reader goroutines take over:
-// a Send that finds its socket full hands reading to every link's reader.
+// a Send that finds its socket full hands reading to every link's reader. The
+// spin (and with it the readers' pause) is ten minutes, so that a reader left
+// paused would hold the cycle past the test's deadline.
 func TestSendCycleOverTCP(t *testing.T) {
 	const n = 3
 	const size = 48 << 20 // more than the kernel buffers of one connection
-	comms, _ := collectivetest.Comms(t, n, collectivetest.Config{Transport: collectivetest.TCP})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tuning := collective.DefaultTuning()
+	tuning.Spin = 10 * time.Minute
+	comms, _ := collectivetest.Comms(t, n, collectivetest.Config{Transport: collectivetest.TCP, Tuning: &tuning})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := collectivetest.Each(ctx, comms, func(ctx context.Context, c *collective.Comm) error {
 		r := c.Rank()
-		warm := []int64{int64(r)}
-		if err := collective.AllReduce(ctx, c, warm, collective.Sum); err != nil {
-			return err
+		from := (r + n - 1) % n
+		// A token twice around the same ring first. In the second lap
+		// every rank waits in Recv before the token comes, so its call
+		// reads the link the big message will come on, which pauses that
+		// link's reader.
+		token := []int64{0}
+		for lap := range 2 {
+			if r != 0 {
+				if err := collective.Recv(ctx, c, token, from, 4); err != nil {
+					return fmt.Errorf("lap %d: recv: %w", lap, err)
+				}
+			}
+			if err := collective.Send(ctx, c, token, (r+1)%n, 4); err != nil {
+				return fmt.Errorf("lap %d: send: %w", lap, err)
+			}
+			if r == 0 {
+				if err := collective.Recv(ctx, c, token, from, 4); err != nil {
+					return fmt.Errorf("lap %d: recv: %w", lap, err)
+				}
+			}
 		}
 		out := make([]byte, size)
 		for i := range out {
@@ -167,7 +188,6 @@ func TestSendCycleOverTCP(t *testing.T) {
 		if err := collective.Send(ctx, c, out, (r+1)%n, 5); err != nil {
 			return fmt.Errorf("send: %w", err)
 		}
-		from := (r + n - 1) % n
 		in := make([]byte, size)
 		if err := collective.Recv(ctx, c, in, from, 5); err != nil {
 			return fmt.Errorf("recv: %w", err)

@@ -507,15 +507,7 @@ func TestMultiNodeElastic(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	var log string
-	var endedAt time.Duration
-	for time.Since(start) < 90*time.Second {
-		if log = j.Logs(); strings.Contains(log, "gearrun: job mn-elastic completed") || strings.Contains(log, "gearrun: job mn-elastic failed") {
-			endedAt = time.Since(start)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	log, endedAt := waitJobEnded(j, "mn-elastic", start, 90*time.Second)
 	t.Logf("node %s killed; gearrun ended after %v", victimNode, endedAt)
 	if !strings.Contains(log, "gearrun: job mn-elastic completed: 4 ranks exited with status 0") {
 		t.Fatalf("the job did not complete with 4 ranks; log:\n%s", log)
@@ -614,15 +606,7 @@ func TestMultiNodeElasticReplay(t *testing.T) {
 			}
 		}
 	}
-	var log string
-	var endedAt time.Duration
-	for time.Since(start) < 90*time.Second {
-		if log = j.Logs(); strings.Contains(log, "gearrun: job mn-elastic-replay completed") || strings.Contains(log, "gearrun: job mn-elastic-replay failed") {
-			endedAt = time.Since(start)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	log, endedAt := waitJobEnded(j, "mn-elastic-replay", start, 90*time.Second)
 	t.Logf("ranks %v on %s killed; gearrun ended after %v", killed, victim, endedAt)
 	if !strings.Contains(log, "gearrun: job mn-elastic-replay completed: 4 ranks exited with status 0") {
 		t.Fatalf("the job did not complete with 4 ranks; log:\n%s", log)
@@ -683,6 +667,19 @@ func TestMultiNodeElasticReplay(t *testing.T) {
 }
 
 // processesIn lists the processes in network namespace netns ("net:[...]").
+// waitJobEnded polls j's log until gearrun says job name completed or failed,
+// or limit has passed since start, and returns the log and when (since start)
+// the job ended: zero if it did not.
+func waitJobEnded(j *jobstest.Job, name string, start time.Time, limit time.Duration) (log string, endedAt time.Duration) {
+	for time.Since(start) < limit {
+		if log = j.Logs(); strings.Contains(log, "gearrun: job "+name+" completed") || strings.Contains(log, "gearrun: job "+name+" failed") {
+			return log, time.Since(start)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return log, 0
+}
+
 func processesIn(netns string) []int {
 	var out []int
 	entries, _ := os.ReadDir("/proc")

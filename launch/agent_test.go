@@ -67,8 +67,14 @@ func fakeRemote(t *testing.T) Remote {
 
 func hostsPlan(t *testing.T, hosts string, np int, script string, env ...string) *Plan {
 	t.Helper()
-	p, err := NewPlan(Request{Groups: []Group{{NP: np, Argv: []string{"/bin/sh", "-c", script}}},
+	return placedPlan(t, hosts, Request{Groups: []Group{{NP: np, Argv: []string{"/bin/sh", "-c", script}}},
 		RdzvAddr: "127.0.0.1:0", Env: env, NoTorchEnv: true})
+}
+
+// placedPlan makes the plan of req and places it on hosts (a host list).
+func placedPlan(t *testing.T, hosts string, req Request) *Plan {
+	t.Helper()
+	p, err := NewPlan(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,18 +49,8 @@ type hostsRestartRun struct {
 func runHostsRestarts(t *testing.T, hosts string, minNP, np, maxRestarts int, shm string, act func(dir string, pids map[string]int), env ...string) hostsRestartRun {
 	t.Helper()
 	dir := t.TempDir()
-	p, err := NewPlan(Request{Groups: []Group{{NP: np, MinNP: minNP, Argv: []string{"/bin/sh", "-c", hostsRestartScript}}},
+	p := placedPlan(t, hosts, Request{Groups: []Group{{NP: np, MinNP: minNP, Argv: []string{"/bin/sh", "-c", hostsRestartScript}}},
 		RdzvAddr: "127.0.0.1:0", Env: append([]string{"D=" + dir, "SHM=" + shm}, env...), NoTorchEnv: true, MaxRestarts: maxRestarts})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, err := ParseHostList(hosts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.PlaceOnHosts(hs); err != nil {
-		t.Fatal(err)
-	}
 	rem := fakeRemote(t)
 	if shm != "" {
 		rem.Gearrun = envAgentShm + "=" + shm + " " + rem.Gearrun

@@ -55,17 +55,8 @@ func shardLocals(t *testing.T, ranks, n int, spec store.Spec, cfg func() Config)
 // the spec's) holds payload keys[k].
 func checkItems(bufs [][]byte, sh *store.Shard, keys []uint64) error {
 	for k, want := range keys {
-		blocks := make([][]byte, len(bufs))
-		for c := range bufs {
-			n := sh.BlockBytes(c)
-			blocks[c] = bufs[c][k*n : (k+1)*n]
-		}
-		id, err := storetest.Check(blocks)
-		if err != nil {
-			return fmt.Errorf("item %d: %v", k, err)
-		}
-		if id != want {
-			return fmt.Errorf("item %d holds payload %d, want %d", k, id, want)
+		if err := collectedItem(sh, bufs, k, want); err != nil {
+			return err
 		}
 	}
 	return nil

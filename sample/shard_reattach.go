@@ -61,18 +61,9 @@ func (t *Table) insertAdmitted(it Item) (bool, error) {
 	if t.live[slot] {
 		return false, nil
 	}
-	t.items[slot] = it
-	t.live[slot] = true
-	t.index[it.Key] = int32(slot)
-	_ = t.sampler.Insert(slot, it.Priority)
-	_ = t.remover.Insert(slot, it.Priority)
-	t.limiter.Insert(1)
+	t.placeLocked(slot, it)
 	ins, smp, del := t.limiter.Counts()
 	t.limiter.SetCounts(ins, smp+int64(t.limiter.Config().SamplesPerInsert+0.5), del)
-	if t.sampler.Len() > t.maxSize {
-		t.remover.Sample(t.rng, t.one[:])
-		t.deleteSlot(t.one[0].Slot, nil)
-	}
-	t.notify()
+	t.trimLocked()
 	return true, nil
 }

@@ -3,6 +3,7 @@ package sample
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -45,6 +46,13 @@ func fill(id uint64) func(store.Pending) error {
 // want.
 func checkCollected(t *testing.T, sh *store.Shard, bufs [][]byte, k int, want uint64) {
 	t.Helper()
+	if err := collectedItem(sh, bufs, k, want); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// collectedItem is checkCollected's check, as an error.
+func collectedItem(sh *store.Shard, bufs [][]byte, k int, want uint64) error {
 	blocks := make([][]byte, len(bufs))
 	for c := range bufs {
 		n := sh.BlockBytes(c)
@@ -52,11 +60,12 @@ func checkCollected(t *testing.T, sh *store.Shard, bufs [][]byte, k int, want ui
 	}
 	id, err := storetest.Check(blocks)
 	if err != nil {
-		t.Fatalf("item %d: %v", k, err)
+		return fmt.Errorf("item %d: %v", k, err)
 	}
 	if id != want {
-		t.Fatalf("item %d holds payload %d, want %d", k, id, want)
+		return fmt.Errorf("item %d holds payload %d, want %d", k, id, want)
 	}
+	return nil
 }
 
 func TestShardTableInsertSampleCollect(t *testing.T) {

@@ -235,22 +235,33 @@ func (t *Table) insert(ctx context.Context, it Item, atRow bool) (bool, error) {
 		it.Index, it.Seq, it.Inserted, it.TimesSampled = slot, t.seq, t.clock(), 0
 		t.seq++
 	}
-	t.items[slot] = it
-	t.live[slot] = true
-	t.index[it.Key] = int32(slot)
-	// Check passed for both selectors, so neither can fail here.
-	_ = t.sampler.Insert(slot, it.Priority)
-	_ = t.remover.Insert(slot, it.Priority)
-	t.limiter.Insert(1)
+	t.placeLocked(slot, it)
 	if t.distributed {
 		t.share--
 	}
+	t.trimLocked()
+	return true, nil
+}
+
+// placeLocked puts it at the free row slot, in the index and both selectors
+// (its priority checked for both, so neither can fail), and counts the insert.
+func (t *Table) placeLocked(slot int, it Item) {
+	t.items[slot] = it
+	t.live[slot] = true
+	t.index[it.Key] = int32(slot)
+	_ = t.sampler.Insert(slot, it.Priority)
+	_ = t.remover.Insert(slot, it.Priority)
+	t.limiter.Insert(1)
+}
+
+// trimLocked deletes the remover's pick when an insert took the table past its
+// max size, and wakes the waiters.
+func (t *Table) trimLocked() {
 	if t.sampler.Len() > t.maxSize {
 		t.remover.Sample(t.rng, t.one[:])
 		t.deleteSlot(t.one[0].Slot, nil)
 	}
 	t.notify()
-	return true, nil
 }
 
 // Sample returns between 1 and n sampled items: it waits until the rate limiter

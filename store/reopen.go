@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"sync/atomic"
 	"unsafe"
 
@@ -29,9 +28,9 @@ func Open(name string, spec Spec, opts ...Option) (*Shard, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	ident, ok := procIdent(os.Getpid())
-	if !ok {
-		return nil, fmt.Errorf("store: cannot read this process's start time from /proc")
+	ident, err := selfIdent()
+	if err != nil {
+		return nil, err
 	}
 	s, err := takeOver(name, spec.normalized(), o, ident)
 	if err != nil {

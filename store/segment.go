@@ -136,6 +136,15 @@ func Inspect(name string) (Info, error) {
 	return info, nil
 }
 
+// selfIdent is this process's identity (procIdent of its own pid).
+func selfIdent() (uint64, error) {
+	ident, ok := procIdent(os.Getpid())
+	if !ok {
+		return 0, errors.New("store: cannot read this process's start time from /proc")
+	}
+	return ident, nil
+}
+
 // procIdent returns the identity of a live process: pid<<32 | the low 32 bits of its
 // start time (clock ticks since boot), which tells a process apart from a later one
 // that reuses its pid. It returns false for a process that is gone or a zombie.

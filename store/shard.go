@@ -183,9 +183,9 @@ func Create(name string, spec Spec, opts ...Option) (*Shard, error) {
 // create makes and sets up the segment for l; fill initializes the tables before
 // the shard is marked ready.
 func create(name string, l *layout, o options, rem Remover, fill func(*Shard) error) (*Shard, error) {
-	ident, ok := procIdent(os.Getpid())
-	if !ok {
-		return nil, fmt.Errorf("store: cannot read this process's start time from /proc")
+	ident, err := selfIdent()
+	if err != nil {
+		return nil, err
 	}
 	mem, err := createSegment(name, l.total)
 	if err != nil {
@@ -254,9 +254,9 @@ func Attach(ctx context.Context, name string, opts ...Option) (*Shard, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	ident, ok := procIdent(os.Getpid())
-	if !ok {
-		return nil, fmt.Errorf("store: cannot read this process's start time from /proc")
+	ident, err := selfIdent()
+	if err != nil {
+		return nil, err
 	}
 	wait := 100 * time.Microsecond
 	for {

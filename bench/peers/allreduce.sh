@@ -30,13 +30,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gear-allreduce.XXXXXX")}
 mkdir -p "$OUT"
 
-if ! command -v mpicc >/dev/null 2>&1 || ! command -v mpirun >/dev/null 2>&1; then
-	echo "allreduce.sh: installing Open MPI (openmpi-bin libopenmpi-dev)" >&2
-	SUDO=
-	[ "$(id -u)" -eq 0 ] || SUDO=sudo
-	$SUDO apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openmpi-bin libopenmpi-dev >&2
-fi
+. "$ROOT/bench/peers/openmpi.sh"
+need_openmpi
 
 echo "allreduce.sh: building into $OUT" >&2
 mpicc -O2 -o "$OUT/mpi_allreduce" "$ROOT/bench/peers/mpi_allreduce.c"

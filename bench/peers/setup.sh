@@ -21,12 +21,8 @@ nps=("$@")
 [ ${#nps[@]} -gt 0 ] || nps=(64 128)
 
 cd "$(dirname "$0")/../.."
-if ! command -v mpirun >/dev/null || ! command -v mpicc >/dev/null; then
-	echo "installing Open MPI (openmpi-bin libopenmpi-dev)..." >&2
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq >&2
-	apt-get install -y -qq openmpi-bin libopenmpi-dev >&2
-fi
+. bench/peers/openmpi.sh
+need_openmpi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
