@@ -753,7 +753,7 @@ func requireOwnNamespace(t *testing.T, pid int) string {
 	netns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
 	own, _ := os.Readlink("/proc/self/ns/net")
 	if err != nil || netns == own {
-		t.Skipf("pid %d is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", pid, netns, err)
+		jobstest.SkipMultinode(t, fmt.Sprintf("pid %d is not in a network namespace of its own (%q, %v): not a node of scripts/slurm-local.sh up --nodes", pid, netns, err))
 	}
 	return netns
 }

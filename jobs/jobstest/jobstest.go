@@ -113,11 +113,18 @@ func RequireNodes(t testing.TB, n int) []string {
 	if why == "" {
 		return nodes
 	}
+	SkipMultinode(t, why)
+	return nil
+}
+
+// SkipMultinode skips a multi-node test for the reason why, or fails it with
+// GEAR_REQUIRE_MULTINODE=1.
+func SkipMultinode(t testing.TB, why string) {
+	t.Helper()
 	if os.Getenv(EnvRequireMultinode) == "1" {
 		t.Fatalf("%s=1 but %s", EnvRequireMultinode, why)
 	}
 	t.Skipf("skipping multi-node SLURM test: %s (set %s=1 to make this a failure)", why, EnvRequireMultinode)
-	return nil
 }
 
 // Gearrun runs the gearrun binary with args in dir and returns its combined
