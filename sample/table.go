@@ -634,3 +634,30 @@ func (t *Table) errWait(op string, err error) error {
 	}
 	return fmt.Errorf("sample: table %q: %s: %w", t.name, op, err)
 }
+
+// applyPickLocked counts one sample of the local item at slot, deleting it when it
+// reaches max_times_sampled.
+func (t *Table) applyPickLocked(slot int, hook func(Item)) (Item, bool) {
+	p := &t.items[slot]
+	p.TimesSampled++
+	if p.TimesSampled == 1 {
+		t.uniqueSamples++
+	}
+	t.limiter.Sample(1)
+	it := *p
+	if t.maxTimes > 0 && p.TimesSampled >= t.maxTimes {
+		t.deleteSlot(slot, hook)
+		return it, true
+	}
+	return it, false
+}
+
+// load puts it into the table at slot without the rate limiter, counts or the key
+// index (for a root's temporary table, whose keys may repeat).
+func (t *Table) load(slot int, it Item) {
+	t.ensureSlot(slot)
+	t.items[slot] = it
+	t.live[slot] = true
+	_ = t.sampler.Insert(slot, it.Priority)
+	_ = t.remover.Insert(slot, it.Priority)
+}
