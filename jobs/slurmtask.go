@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -77,6 +76,9 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	}
 	role, roleRank, _ := s.RoleOf(info.Rank)
 	info.Role, info.RoleRank = role.Name, roleRank
+	if d := s.Launch.RdzvTimeout.D(); d > 0 {
+		info.RdzvTimeout = d
+	}
 	host, _ := lookup("SLURMD_NODENAME")
 	if host == "" {
 		host, _ = os.Hostname()
@@ -86,38 +88,10 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	set := map[string]string{}
-	// torchrun's variables first, so that the spec's env can override them,
-	// as in a local run.
-	if s.Launch.TorchEnvOn() {
-		torch, err := taskTorchEnv(info, s, lookup)
-		if err != nil {
-			return 0, fmt.Errorf("jobs: run --slurm-task: %w", err)
-		}
-		for _, kv := range torch.Environ() {
-			k, v, _ := strings.Cut(kv, "=")
-			set[k] = v
-		}
-		for _, kv := range torch.Defaults() {
-			if k, v, _ := strings.Cut(kv, "="); !inEnv(env, k) {
-				set[k] = v
-			}
-		}
-	}
-	for k, v := range role.Env {
-		set[k] = v
-	}
-	for k, v := range rankEnv(info, s, t.SpecPath) {
-		set[k] = v
-	}
-	dev, err := s.taskBinding(ctx, info, lookup)
+	env, err = t.rankEnviron(ctx, info, role, env, lookup)
 	if err != nil {
 		return 0, fmt.Errorf("jobs: run --slurm-task: %w", err)
 	}
-	for k, v := range dev {
-		set[k] = v
-	}
-	env = mergeEnv(env, set)
 
 	cmd := exec.CommandContext(ctx, role.Command[0], role.Command[1:]...)
 	cmd.Env = env
@@ -242,31 +216,38 @@ func openRankOutput(dir string, r int) ([2]*os.File, error) {
 	return files, nil
 }
 
-// rankEnv is the GEAR_* contract for one rank.
-func rankEnv(info rank.Info, s *Spec, specPath string) map[string]string {
-	env := map[string]string{
-		rank.EnvRank:      strconv.Itoa(info.Rank),
-		rank.EnvWorldSize: strconv.Itoa(info.Size),
-		rank.EnvLocalRank: strconv.Itoa(info.LocalRank),
-		rank.EnvLocalSize: strconv.Itoa(info.LocalSize),
-		rank.EnvNodeRank:  strconv.Itoa(info.NodeRank),
-		rank.EnvNumNodes:  strconv.Itoa(info.NumNodes),
-		rank.EnvRole:      info.Role,
-		rank.EnvRoleRank:  strconv.Itoa(info.RoleRank),
-		rank.EnvRdzvAddr:  info.RdzvAddr,
-		rank.EnvJobID:     info.JobID,
-		rank.EnvJobToken:  info.Token,
-	}
-	if specPath != "" {
-		if abs, err := filepath.Abs(specPath); err == nil {
-			specPath = abs
+// rankEnviron is the environment of the task's rank, whose place is info:
+// base (the task's own, less any contract variable: see rank.MergeEnv) with,
+// from the lowest precedence to the highest, torchrun's variables (so that
+// the spec's env overrides them, as in a local run), the role's env, the
+// contract (info.Environ) with GEAR_JOB_SPEC, and the device binding.
+// torchrun's defaults (OMP_NUM_THREADS) apply only where base has no value.
+func (t *SlurmTask) rankEnviron(ctx context.Context, info rank.Info, role Role, base []string, lookup func(string) (string, bool)) ([]string, error) {
+	s := t.Spec
+	var add []string
+	if s.Launch.TorchEnvOn() {
+		torch, err := taskTorchEnv(info, s, lookup)
+		if err != nil {
+			return nil, err
 		}
-		env[rank.EnvJobSpec] = specPath
+		add = append(add, torch.Environ()...)
+		base = append(torch.Defaults(), base...) // the task's own values win
 	}
-	if d := s.Launch.RdzvTimeout; d > 0 {
-		env[rank.EnvRdzvTimeout] = d.String()
+	add = append(add, envList(role.Env)...)
+	add = append(add, info.Environ()...)
+	if t.SpecPath != "" {
+		path := t.SpecPath
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		add = append(add, rank.EnvJobSpec+"="+path)
 	}
-	return env
+	dev, err := s.taskBinding(ctx, info, lookup)
+	if err != nil {
+		return nil, err
+	}
+	add = append(add, envList(dev)...)
+	return rank.MergeEnv(base, add), nil
 }
 
 // taskTorchEnv is a task's place in torchrun's terms; MASTER_ADDR and
@@ -285,30 +266,4 @@ func taskTorchEnv(info rank.Info, s *Spec, lookup func(string) (string, bool)) (
 	t, err := rank.TorchEnvOf(info, roleSize, net.JoinHostPort(addr, port))
 	t.RestartCount, t.MaxRestarts = info.Restart, s.Launch.Restarts
 	return t, err
-}
-
-// inEnv reports whether env ("NAME=value" entries) sets name.
-func inEnv(env []string, name string) bool {
-	for _, kv := range env {
-		if k, _, _ := strings.Cut(kv, "="); k == name {
-			return true
-		}
-	}
-	return false
-}
-
-// mergeEnv returns env with the variables of set replacing or added, sorted by
-// name for the added ones.
-func mergeEnv(env []string, set map[string]string) []string {
-	out := make([]string, 0, len(env)+len(set))
-	for _, kv := range env {
-		k, _, _ := strings.Cut(kv, "=")
-		if _, replaced := set[k]; !replaced {
-			out = append(out, kv)
-		}
-	}
-	for _, k := range sortedKeys(set) {
-		out = append(out, k+"="+set[k])
-	}
-	return out
 }

@@ -58,15 +58,6 @@ func lazyRE(expr string) func() *regexp.Regexp {
 	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }
 
-// reservedEnv are the variables the launcher sets per rank; a spec may not set
-// them.
-var reservedEnv = []string{
-	rank.EnvRank, rank.EnvWorldSize, rank.EnvLocalRank, rank.EnvLocalSize,
-	rank.EnvNodeRank, rank.EnvNumNodes, rank.EnvRole, rank.EnvRoleRank,
-	rank.EnvRdzvAddr, rank.EnvJobID, rank.EnvJobToken, rank.EnvJobSpec,
-	rank.EnvCUDAVisibleDevices, rank.EnvRestartCount, rank.EnvCheckpointDir,
-}
-
 func (v *validator) spec(s *Spec) {
 	switch {
 	case s.Name == "":
@@ -162,12 +153,15 @@ func (v *validator) command(field string, cmd []string) {
 	}
 }
 
+// env checks a spec's env: a spec may not set a variable that the launcher
+// sets for each rank (rank.LauncherEnv).
 func (v *validator) env(field string, env map[string]string) {
+	reserved := rank.LauncherEnv()
 	for _, k := range sortedKeys(env) {
 		switch {
 		case !envKeyRE().MatchString(k):
 			v.add(field+"."+keyPath([]string{k}), "not a valid environment variable name")
-		case slices.Contains(reservedEnv, k):
+		case slices.Contains(reserved, k):
 			v.add(field+"."+k, "set by the launcher for each rank; a spec may not set it")
 		case strings.ContainsRune(env[k], 0):
 			v.add(field+"."+k, "must not contain NUL")

@@ -446,31 +446,16 @@ func IsGoPackageDir(path string) bool {
 }
 
 // Environ returns the variables that rank r gets on top of the launcher's
-// environment: the contract (GEAR_*), torchrun's variables (when TorchEnv),
-// the device binding, then the plan's and the group's additions. rdzvAddr is
+// environment: the contract (rankInfo's rank.Info.Environ), GEAR_NODE_NAME on
+// a host, torchrun's variables (when TorchEnv), the device binding, then the
+// plan's and the group's additions, which win over torchrun's. rdzvAddr is
 // the coordinator's actual address.
 func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	s := &p.Ranks[r]
-	env := make([]string, 0, 16+len(p.Env)+len(s.Env))
-	add := func(k, v string) { env = append(env, k+"="+v) }
-	add(rank.EnvRank, strconv.Itoa(s.Rank))
-	add(rank.EnvWorldSize, strconv.Itoa(len(p.Ranks)))
-	add(rank.EnvLocalRank, strconv.Itoa(s.LocalRank))
-	add(rank.EnvLocalSize, strconv.Itoa(s.LocalSize))
-	add(rank.EnvNodeRank, strconv.Itoa(s.Node))
-	add(rank.EnvNumNodes, strconv.Itoa(p.NumNodes))
-	add(rank.EnvRole, s.Role)
-	add(rank.EnvRoleRank, strconv.Itoa(s.RoleRank))
-	add(rank.EnvRdzvAddr, rdzvAddr)
-	add(rank.EnvRdzvTimeout, time.Duration(p.RdzvTimeout).String())
-	add(rank.EnvJobID, p.JobID)
-	add(rank.EnvJobToken, p.Token)
-	add(rank.EnvRestartCount, strconv.Itoa(p.Restart))
-	if p.CheckpointDir != "" {
-		add(rank.EnvCheckpointDir, p.CheckpointDir)
-	}
+	env := make([]string, 0, 32+len(p.Env)+len(s.Env))
+	env = append(env, p.rankInfo(r, rdzvAddr).Environ()...)
 	if s.Host != "" {
-		add(rank.EnvNodeName, s.Host)
+		env = append(env, rank.EnvNodeName+"="+s.Host)
 	}
 	if p.TorchEnv {
 		env = append(env, p.torchEnv(r).Environ()...)
@@ -478,6 +463,22 @@ func (p *Plan) Environ(r int, rdzvAddr string) []string {
 	env = append(env, s.Device.Environ()...)
 	env = append(env, p.Env...)
 	return append(env, s.Env...)
+}
+
+// rankInfo is rank r's place in the world, as Environ tells it to the rank
+// (rank.FromEnv reads it back). rdzvAddr is the coordinator's actual address.
+func (p *Plan) rankInfo(r int, rdzvAddr string) rank.Info {
+	s := &p.Ranks[r]
+	return rank.Info{
+		Rank: s.Rank, Size: len(p.Ranks),
+		LocalRank: s.LocalRank, LocalSize: s.LocalSize,
+		NodeRank: s.Node, NumNodes: p.NumNodes,
+		Role: s.Role, RoleRank: s.RoleRank,
+		RdzvAddr: rdzvAddr, RdzvTimeout: time.Duration(p.RdzvTimeout),
+		JobID: p.JobID, Token: p.Token,
+		Restart: p.Restart, CheckpointDir: p.CheckpointDir,
+		Source: rank.SourceGear,
+	}
 }
 
 // torchEnv is rank r's place in torchrun's terms.
@@ -529,44 +530,12 @@ func (d Device) Environ() []string {
 	return env
 }
 
-// contractVars are stripped from the launcher's own environment before a rank's
-// are added, so that a nested launch never leaks its parent's place (or its
-// GMI layout).
-var contractVars = []string{rank.EnvRank, rank.EnvWorldSize, rank.EnvLocalRank, rank.EnvLocalSize,
-	rank.EnvNodeRank, rank.EnvNumNodes, rank.EnvRole, rank.EnvRoleRank, rank.EnvRdzvAddr,
-	rank.EnvRdzvTimeout, rank.EnvJobID, rank.EnvJobToken, rank.EnvGMILayout,
-	rank.EnvRestartCount, rank.EnvCheckpointDir}
-
-// mergeEnv returns base without the contract variables and without also,
-// with add applied on top (later entries win).
+// mergeEnv is rank.MergeEnv as the launcher calls it for a rank: base (the
+// launcher's own environment) less the contract, less the launcher's
+// GEAR_GMI_LAYOUT (a layout of another world) and less also, with add (the
+// rank's Environ) on top.
 func mergeEnv(base, add []string, also ...string) []string {
-	index := make(map[string]int, len(base)+len(add))
-	out := make([]string, 0, len(base)+len(add))
-	drop := make(map[string]bool, len(contractVars)+len(also))
-	for _, v := range contractVars {
-		drop[v] = true
-	}
-	for _, v := range also {
-		drop[v] = true
-	}
-	put := func(kv string) {
-		name, _, _ := strings.Cut(kv, "=")
-		if i, ok := index[name]; ok {
-			out[i] = kv
-			return
-		}
-		index[name] = len(out)
-		out = append(out, kv)
-	}
-	for _, kv := range base {
-		if name, _, _ := strings.Cut(kv, "="); !drop[name] {
-			put(kv)
-		}
-	}
-	for _, kv := range add {
-		put(kv)
-	}
-	return out
+	return rank.MergeEnv(base, add, append([]string{rank.EnvGMILayout}, also...)...)
 }
 
 // Masked returns a copy of p whose token reads "****", for printing.

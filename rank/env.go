@@ -1,7 +1,11 @@
 package rank
 
 // The launcher-to-rank contract. Every variable that gearrun (or the SLURM batch
-// script it writes) sets for a rank is named here, and nowhere else.
+// script it writes) sets for a rank is named here, and nowhere else. The facts
+// of an Info are encoded by Info.Environ and decoded by FromLookup, under the
+// names that ContractEnv lists; LauncherEnv lists these with the per-rank
+// extras (EnvNodeName, EnvJobSpec, DeviceEnv's binding), which a job spec may
+// not set.
 const (
 	// EnvRank is the rank's index in the world, 0 <= rank < world size.
 	EnvRank = "GEAR_RANK"
@@ -21,6 +25,9 @@ const (
 	EnvRoleRank = "GEAR_ROLE_RANK"
 	// EnvRdzvAddr is the coordinator's host:port.
 	EnvRdzvAddr = "GEAR_RDZV_ADDR"
+	// EnvRdzvTimeout bounds how long a rank waits for the world to assemble (a
+	// Go duration such as "30s"); unset, DefaultRdzvTimeout.
+	EnvRdzvTimeout = "GEAR_RDZV_TIMEOUT"
 	// EnvJobID is the job's UUID.
 	EnvJobID = "GEAR_JOB_ID"
 	// EnvJobToken is the per-job secret a rank proves to the coordinator.
@@ -36,11 +43,9 @@ const (
 	EnvCheckpointDir = "GEAR_CHECKPOINT_DIR"
 )
 
-// Optional settings a rank reads; the launcher sets them when asked.
+// Optional settings a rank reads; the launcher sets some of them when asked
+// (EnvNodeName, EnvJobSpec and EnvGMILayout are in LauncherEnv).
 const (
-	// EnvRdzvTimeout bounds how long a rank waits for the world to assemble (a Go
-	// duration such as "30s").
-	EnvRdzvTimeout = "GEAR_RDZV_TIMEOUT"
 	// EnvHostID overrides the host identity: ranks with equal host identity share
 	// memory. The default is derived from the machine and its namespaces.
 	EnvHostID = "GEAR_HOST_ID"
@@ -81,7 +86,7 @@ const (
 
 // Device binding, set per rank by the launcher when it binds GPUs (gearrun
 // --bind gpu or --gmi-per-gpu K, a job spec's gpus_per_rank), together with
-// EnvGMILayout.
+// EnvGMILayout: the names DeviceEnv lists.
 const (
 	// EnvCUDAVisibleDevices is the rank's GPU index, its GPU indices
 	// ("0,1"), or its MIG instance's UUID ("MIG-...").
