@@ -51,6 +51,7 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzParseHeader$$' ./store
 	$(FUZZ) -fuzz='^FuzzCheckpointReader$$' ./store
 	$(FUZZ) -fuzz='^FuzzDecodeHeader$$' ./collective
+	$(FUZZ) -fuzz='^FuzzParseName$$' ./internal/shmname
 
 test: fmt-check vet tidy-check build unit race fuzz
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gear-rl/gear/internal/shmname"
 )
 
 // Undefined is the color a rank gives Split to be in no new communicator.
@@ -345,19 +347,19 @@ func (c *Comm) prepare() (peerInfo, *tcpTransport, error) {
 	}
 	var rnd [4]byte
 	rand.Read(rnd[:])
-	what := fmt.Sprintf("coll.%s.r%d.%s", c.id, c.rank, hex.EncodeToString(rnd[:]))
-	info.Seg = segmentName(c.boot, what)
+	info.Seg = segmentName(c.boot, fmt.Sprintf("%s.r%d.%s", c.id, c.rank, hex.EncodeToString(rnd[:])))
 	return info, tt, nil
 }
 
-// segmentName names a shared-memory segment of the job: "gear.<job>.<what>", the
-// scheme of rank.SegmentName, with the job ID from the bootstrap when it has one.
-func segmentName(b Bootstrap, what string) string {
-	job := fmt.Sprintf("local-%d", os.Getpid())
+// segmentName names the host's collective segment (shmname.Coll, removed
+// between a restarted job's generations): "gear.<job>.coll.<rest>", with the
+// job ID from the bootstrap when it has one, else this process's.
+func segmentName(b Bootstrap, rest string) string {
+	job := shmname.LocalJobID()
 	if j, ok := b.(jobIDBootstrap); ok && j.JobID() != "" {
 		job = j.JobID()
 	}
-	return "gear." + job + "." + what
+	return shmname.Make(job, shmname.Coll, rest)
 }
 
 // build exchanges details with the peers through the bootstrap and brings up the

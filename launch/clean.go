@@ -15,64 +15,54 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gear-rl/gear/internal/shmname"
 	"github.com/gear-rl/gear/rank"
 )
 
 // RemoveJobSegments removes every shared-memory segment of job jobID in shmDir
-// ("" means /dev/shm) and returns their names.
+// ("" means /dev/shm), of every kind (shmname.Kinds), and returns their names.
 func RemoveJobSegments(shmDir, jobID string) ([]string, error) {
+	return removeJobSegments(shmDir, jobID, func(shmname.Kind) bool { return true })
+}
+
+// RemoveGenerationSegments removes the segments of job jobID in shmDir ("":
+// /dev/shm) that belong to one generation of its world, and returns their
+// names: those whose kind is shmname.Kind.PerGeneration, the collectives'
+// ("gear.<job>.coll.<comm>.r<rank>.<nonce>", see collective.Comm) and the
+// roles' channels ("gear.<job>.roles.<stream>.<name>...<nonce>"). Their names
+// carry random nonces, so a new generation never re-attaches to them: it
+// makes its own. The job's other segments (a store shard,
+// "gear.<job>.dqn.replay.0") are kept. A launcher calls it between
+// generations, once every rank of the old one has ended, so that the job's
+// memory does not grow with each restart.
+func RemoveGenerationSegments(shmDir, jobID string) ([]string, error) {
+	return removeJobSegments(shmDir, jobID, shmname.Kind.PerGeneration)
+}
+
+// removeJobSegments removes the segments of job jobID in shmDir ("": /dev/shm)
+// whose kind, as shmname reads their names, is one that remove accepts, and
+// returns their names, sorted. A shmDir that does not exist holds none.
+func removeJobSegments(shmDir, jobID string, remove func(shmname.Kind) bool) ([]string, error) {
 	if shmDir == "" {
 		shmDir = "/dev/shm"
 	}
-	names, err := filepath.Glob(filepath.Join(shmDir, rank.SegmentName(jobID, "*")))
-	if err != nil {
+	entries, err := os.ReadDir(shmDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("launch: segments of job %s: %w", jobID, err)
 	}
 	var removed []string
 	var errs []error
-	for _, path := range names {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+	for _, e := range entries {
+		p, ok := shmname.Parse(e.Name())
+		if !ok || p.Job != jobID || !remove(p.Kind) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(shmDir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 			continue
 		}
-		removed = append(removed, filepath.Base(path))
+		removed = append(removed, e.Name())
 	}
-	return removed, errors.Join(errs...)
-}
-
-// GenerationSegments are the kinds of a job's segments that belong to one
-// generation of its world: the collectives' ("coll.<comm>.r<rank>.<nonce>",
-// see collective.Comm) and the roles' channels ("roles.<kind>.<name>...
-// <nonce>"). Their names carry random nonces, so a new generation never
-// re-attaches to them: it makes its own. Every other segment of the job (a
-// store shard, "gear.<job>.dqn.replay.0") outlives a restart.
-var GenerationSegments = []string{"coll.", "roles."}
-
-// RemoveGenerationSegments removes the segments of job jobID in shmDir ("":
-// /dev/shm) that belong to a generation of its world (GenerationSegments)
-// and returns their names; the job's other segments are kept. A launcher
-// calls it between generations, once every rank of the old one has ended,
-// so that the job's memory does not grow with each restart.
-func RemoveGenerationSegments(shmDir, jobID string) ([]string, error) {
-	if shmDir == "" {
-		shmDir = "/dev/shm"
-	}
-	var removed []string
-	var errs []error
-	for _, kind := range GenerationSegments {
-		names, err := filepath.Glob(filepath.Join(shmDir, rank.SegmentName(jobID, kind+"*")))
-		if err != nil {
-			return removed, fmt.Errorf("launch: segments of job %s: %w", jobID, err)
-		}
-		for _, path := range names {
-			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
-				continue
-			}
-			removed = append(removed, filepath.Base(path))
-		}
-	}
-	sort.Strings(removed)
 	return removed, errors.Join(errs...)
 }
 
@@ -157,9 +147,8 @@ func CleanStale(shmDir, runtimeDir string) (Cleaned, error) {
 		if _, ok := stale[job]; ok {
 			return true
 		}
-		pid, ok := strings.CutPrefix(job, "local-")
-		n, perr := strconv.Atoi(pid)
-		return ok && perr == nil && n > 0 && !rank.ProcessAlive(n)
+		pid, local := shmname.LocalPID(job)
+		return local && pid > 0 && !rank.ProcessAlive(pid)
 	})
 	errs := []error{err}
 	for _, path := range stale {
@@ -208,10 +197,11 @@ func removeSegments(shmDir string, dryRun bool, gone func(job string) bool) (Cle
 	verdict := map[string]bool{}
 	var errs []error
 	for _, e := range entries {
-		job, ok := rank.SegmentJob(e.Name())
+		seg, ok := shmname.Parse(e.Name())
 		if !ok {
 			continue
 		}
+		job := seg.Job
 		info, err := e.Info()
 		if err != nil {
 			continue
@@ -238,7 +228,7 @@ func removeSegments(shmDir string, dryRun bool, gone func(job string) bool) (Cle
 	}
 	sort.Strings(out.Segments)
 	for _, name := range out.Segments {
-		if job, _ := rank.SegmentJob(name); !slices.Contains(out.Jobs, job) {
+		if job, _ := shmname.Job(name); !slices.Contains(out.Jobs, job) {
 			out.Jobs = append(out.Jobs, job)
 		}
 	}

@@ -7,20 +7,24 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+
+	"github.com/gear-rl/gear/internal/shmname"
 )
 
 // A parent-death signal reaches only the ranks themselves, not their children. So
 // that nothing of a job outlives a launcher that is killed with SIGKILL, Run starts
 // a guard: a small shell, in a process group of its own, that reads the ranks'
 // process groups from a pipe. When the pipe ends without "done" (the launcher
-// died), it kills those groups and removes the job's segments and lock file.
+// died), it kills those groups and removes the job's segments (every name in
+// the shm directory $1 that starts with $2, the job's shmname.Name(job, ""),
+// as RemoveJobSegments does) and lock file ($3).
 const guardScript = `g=
 while read -r p; do
 	[ "$p" = done ] && exit 0
 	g="$g -$p"
 done
 [ -n "$g" ] && kill -KILL $g 2>/dev/null
-rm -f -- "$1"/gear."$2".* "$3"
+rm -f -- "$1"/"$2"* "$3"
 exit 0`
 
 type guard struct {
@@ -72,7 +76,7 @@ func (g *guard) start() {
 		return
 	}
 	defer devNull.Close()
-	proc, err := os.StartProcess(g.sh, []string{"sh", "-c", guardScript, "gear-guard", g.shmDir, g.jobID, g.lockPath},
+	proc, err := os.StartProcess(g.sh, []string{"sh", "-c", guardScript, "gear-guard", g.shmDir, shmname.Name(g.jobID, ""), g.lockPath},
 		&os.ProcAttr{Files: []*os.File{r, devNull, devNull}, Sys: &syscall.SysProcAttr{Setpgid: true}})
 	if err != nil {
 		w.Close()

@@ -10,6 +10,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gear-rl/gear/internal/shmname"
 )
 
 // A job is alive while some process holds the flock of its lock file,
@@ -106,9 +108,8 @@ func (l *JobLock) Close() error {
 // JobAlive reports whether the job jobID still runs: its lock in dir ("" means
 // RuntimeDir()) is held, or, for "local-<pid>", that process lives.
 func JobAlive(dir, jobID string) bool {
-	if pid, ok := strings.CutPrefix(jobID, "local-"); ok {
-		n, err := strconv.Atoi(pid)
-		return err == nil && n > 0 && ProcessAlive(n)
+	if pid, local := shmname.LocalPID(jobID); local {
+		return pid > 0 && ProcessAlive(pid)
 	}
 	if CheckJobID(jobID) != nil {
 		return false

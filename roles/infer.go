@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/collective"
-	"github.com/gear-rl/gear/rank"
 )
 
 // InferenceConfig describes a policy worker's inference stream.
@@ -229,7 +228,7 @@ func NewInferenceServer(ctx context.Context, b collective.Bootstrap, name string
 	if opt.transport != TransportTCP && shmSupported {
 		s.slotSize = inferSlotSize(cfg.ObsBytes, cfg.ActBytes, cfg.MaxRequestObs)
 		s.slotPace = make([]pace, cfg.Slots)
-		segName := rank.SegmentName(jobID(b), fmt.Sprintf("roles.infer.%s.r%d.%x", name, b.Rank(), newNonce()[:4]))
+		segName := segmentName(b, fmt.Sprintf("infer.%s.r%d.%x", name, b.Rank(), newNonce()[:4]))
 		seg, err := createSegment(segName, inferHeader+cfg.Slots*s.slotSize)
 		if err != nil {
 			return nil, err

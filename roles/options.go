@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/collective"
-	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/internal/shmname"
 )
 
 // Transport chooses how a stream's ends talk.
@@ -83,12 +83,15 @@ func buildConfig(b collective.Bootstrap, opts []Option) (config, error) {
 	return c, nil
 }
 
-// jobID is the job ID for segment names: the Bootstrap's, else this process's.
-func jobID(b collective.Bootstrap) string {
+// segmentName names a role channel's shared-memory segment (shmname.Roles,
+// removed between a restarted job's generations): "gear.<job>.roles.<rest>",
+// with the Bootstrap's job ID, else this process's.
+func segmentName(b collective.Bootstrap, rest string) string {
+	job := shmname.LocalJobID()
 	if j, ok := b.(jobIDBootstrap); ok && j.JobID() != "" {
-		return j.JobID()
+		job = j.JobID()
 	}
-	return rank.LocalJobID()
+	return shmname.Make(job, shmname.Roles, rest)
 }
 
 // checkName accepts stream names made of letters, digits, '-', '_' and '.': they

@@ -14,7 +14,6 @@ import (
 	"unsafe"
 
 	"github.com/gear-rl/gear/collective"
-	"github.com/gear-rl/gear/rank"
 )
 
 // Layout of a parameter segment: the common header, then
@@ -108,7 +107,7 @@ func NewPublisher(ctx context.Context, b collective.Bootstrap, name string, n in
 	ep := endpoint{Rank: b.Rank(), Host: b.Host(), PID: os.Getpid(), Floats: n}
 	switch {
 	case opt.transport != TransportTCP && shmSupported:
-		segName := rank.SegmentName(jobID(b), fmt.Sprintf("roles.param.%s.%x", name, newNonce()[:4]))
+		segName := segmentName(b, fmt.Sprintf("param.%s.%x", name, newNonce()[:4]))
 		p.seg, err = createSegment(segName, paramSegSize(n))
 		ep.Shm = segName
 	case opt.transport == TransportShm:

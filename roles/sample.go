@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/gear-rl/gear/collective"
-	"github.com/gear-rl/gear/rank"
 )
 
 // Record is one finished trajectory on its way from an actor to a trainer.
@@ -187,7 +186,7 @@ func NewSampleReceiver(ctx context.Context, b collective.Bootstrap, name string,
 	ep := endpoint{Rank: b.Rank(), Host: b.Host(), PID: os.Getpid(), Slots: cfg.Senders, Ring: cfg.QueueBytes, Record: cfg.MaxRecordBytes}
 	if opt.transport != TransportTCP && shmSupported {
 		r.ring, r.qsize = cfg.QueueBytes, sampleQueueSize(cfg.QueueBytes)
-		segName := rank.SegmentName(jobID(b), fmt.Sprintf("roles.sample.%s.r%d.%x", name, b.Rank(), newNonce()[:4]))
+		segName := segmentName(b, fmt.Sprintf("sample.%s.r%d.%x", name, b.Rank(), newNonce()[:4]))
 		seg, err := createSegment(segName, sampleHeader+cfg.Senders*r.qsize)
 		if err != nil {
 			return nil, err

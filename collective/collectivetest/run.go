@@ -2,7 +2,6 @@ package collectivetest
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/internal/shmname"
 )
 
 // Transports that Run can build worlds over.
@@ -145,7 +145,7 @@ func Segments(job string) []string {
 		return nil
 	}
 	var out []string
-	prefix := fmt.Sprintf("gear.%s.", job)
+	prefix := shmname.Name(job, "")
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), prefix) {
 			out = append(out, e.Name())
