@@ -131,55 +131,16 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 		runCtx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	var res *Result
-	nodes, world := hosts, s.WorldSize()
-	for gen := 0; ; gen++ {
-		g := slurmGeneration{sr: sr, s: s, gen: gen, jobID: jobID, token: token, slurmID: slurmID,
-			hosts: nodes, allocation: hosts, world: world, firstAddr: firstAddr, specPath: specPath, ckpt: ckpt,
-			getenv: getenv, logger: logger, stdout: stdout, stderr: stderr}
-		var err error
-		res, listen, err = g.run(ctx, runCtx, listen, port)
-		if err != nil {
-			return nil, err
-		}
-		if res.ExitCode == 0 || !g.restartable || gen >= s.Launch.Restarts || ctx.Err() != nil || runCtx.Err() != nil {
-			break
-		}
-		next := ""
-		if g.stuck {
-			// A node gone with its slurmd: the next step runs on the
-			// nodes of the allocation that still answer.
-			dead := sr.deadNodes(runCtx, nodes, s.Launch.Grace.D(), logger)
-			if len(dead) > 0 {
-				left := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(dead, n) })
-				w, err := shrunkWorld(s, len(hosts), len(left))
-				if err != nil {
-					res.Message = fmt.Sprintf("%s; node %s lost: %v", res.Message, strings.Join(dead, ","), err)
-					break
-				}
-				nodes, world = left, w
-				if first := nodeAddr(ctx, nodes[0]); first != "" {
-					firstAddr = first
-				}
-				next = fmt.Sprintf("; node %s lost; next world: %d ranks on %s", strings.Join(dead, ","), world, strings.Join(nodes, ","))
-			}
-		} else if killed := g.killedNodes(res.FailedRanks); len(killed) > 0 && s.Launch.MinNP > 0 && s.Launch.MinNP < s.WorldSize() {
-			// Every rank of a node killed from outside (kill -9, the OOM
-			// killer): an elastic job goes on without that node, as it would
-			// without a dead one, if the nodes left hold min_np ranks.
-			left := slices.DeleteFunc(slices.Clone(nodes), func(n string) bool { return slices.Contains(killed, n) })
-			if w, err := shrunkWorld(s, len(hosts), len(left)); err == nil {
-				nodes, world = left, w
-				if first := nodeAddr(ctx, nodes[0]); first != "" {
-					firstAddr = first
-				}
-				next = fmt.Sprintf("; node %s: every rank died (killed by SIGKILL); next world: %d ranks on %s", strings.Join(killed, ","), world, strings.Join(nodes, ","))
-			} else {
-				next = fmt.Sprintf("; node %s: every rank died (killed by SIGKILL), but without it %v; next world on the same nodes", strings.Join(killed, ","), err)
-			}
-		}
-		fmt.Fprintf(stderr, "gearrun: restart %d of %d: %s%s\n", gen+1, s.Launch.Restarts, g.cause, next)
+	job := &slurmJob{sr: sr, s: s, jobID: jobID, token: token, slurmID: slurmID, allocation: hosts,
+		specPath: specPath, ckpt: ckpt, getenv: getenv, logger: logger, stdout: stdout, stderr: stderr}
+	gens := &slurmGenerations{slurmJob: job, nodeAddr: nodeAddr, runCtx: runCtx, listen: listen, port: port,
+		nodes: hosts, world: s.WorldSize(), firstAddr: firstAddr}
+	loop := &launch.RestartLoop{Name: "gearrun", Max: s.Launch.Restarts, Out: stderr}
+	loop.Run(ctx, gens)
+	if gens.err != nil {
+		return nil, gens.err
 	}
+	res := gens.res
 	fmt.Fprintf(stderr, "gearrun: %s\n", res.Message)
 	if sr.JobDir != "" {
 		if err := WriteResult(sr.JobDir, res); err != nil {
@@ -189,23 +150,115 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	return res, nil
 }
 
+// slurmGenerations runs a job's worlds under SLURM, one srun step a
+// generation, under a launch.RestartLoop; a node lost or killed from outside
+// leaves the next world on the nodes that remain.
+type slurmGenerations struct {
+	*slurmJob
+	nodeAddr func(ctx context.Context, node string) string
+	runCtx   context.Context // ctx bounded by launch.timeout
+	listen   string          // where the coordinators listen
+	port     int             // the rendezvous port derived from the job
+	// The next step's nodes, ranks and the address of its first node.
+	nodes     []string
+	world     int
+	firstAddr string
+
+	g   *slurmGeneration // the current generation
+	res *Result          // its result
+	err error            // a step that could not start
+}
+
+var _ launch.Generations = (*slurmGenerations)(nil)
+
+// RunGeneration runs the step of generation gen to its end.
+func (gs *slurmGenerations) RunGeneration(ctx context.Context, gen int, decide func(launch.Ending) bool) bool {
+	gs.g = &slurmGeneration{slurmJob: gs.slurmJob, gen: gen, hosts: gs.nodes, world: gs.world, firstAddr: gs.firstAddr}
+	res, listen, err := gs.g.run(ctx, gs.runCtx, gs.listen, gs.port)
+	if err != nil {
+		gs.err = err
+		return false
+	}
+	gs.res, gs.listen = res, listen
+	return decide(launch.Ending{Cause: gs.g.cause, Restartable: res.ExitCode != 0 && gs.g.restartable})
+}
+
+// Stopped reports whether scancel (ctx) or launch.timeout ended the job;
+// its result says the world's failure.
+func (gs *slurmGenerations) Stopped(ctx context.Context) bool {
+	return ctx.Err() != nil || gs.runCtx.Err() != nil
+}
+
+// Next places the next world: on the nodes that still answer after a step
+// that did not end (a node gone with its slurmd), or, for an elastic job,
+// without a node every rank of which was killed from outside; else on the
+// same nodes. No world is left when the nodes that answer hold too few
+// ranks: the result's message says so.
+func (gs *slurmGenerations) Next(ctx context.Context) (string, bool) {
+	g, s, res := gs.g, gs.s, gs.res
+	if g.stuck {
+		// A node gone with its slurmd: the next step runs on the
+		// nodes of the allocation that still answer.
+		dead := gs.sr.deadNodes(gs.runCtx, gs.nodes, s.Launch.Grace.D(), gs.logger)
+		if len(dead) == 0 {
+			return "", true
+		}
+		left := slices.DeleteFunc(slices.Clone(gs.nodes), func(n string) bool { return slices.Contains(dead, n) })
+		w, err := shrunkWorld(s, len(gs.allocation), len(left))
+		if err != nil {
+			res.Message = fmt.Sprintf("%s; node %s lost: %v", res.Message, strings.Join(dead, ","), err)
+			return "", false
+		}
+		gs.shrink(ctx, left, w)
+		return fmt.Sprintf("node %s lost; next world: %d ranks on %s", strings.Join(dead, ","), w, strings.Join(left, ",")), true
+	}
+	if killed := g.killedNodes(res.FailedRanks); len(killed) > 0 && s.Launch.MinNP > 0 && s.Launch.MinNP < s.WorldSize() {
+		// Every rank of a node killed from outside (kill -9, the OOM
+		// killer): an elastic job goes on without that node, as it would
+		// without a dead one, if the nodes left hold min_np ranks.
+		left := slices.DeleteFunc(slices.Clone(gs.nodes), func(n string) bool { return slices.Contains(killed, n) })
+		w, err := shrunkWorld(s, len(gs.allocation), len(left))
+		if err != nil {
+			return fmt.Sprintf("node %s: every rank died (killed by SIGKILL), but without it %v; next world on the same nodes", strings.Join(killed, ","), err), true
+		}
+		gs.shrink(ctx, left, w)
+		return fmt.Sprintf("node %s: every rank died (killed by SIGKILL); next world: %d ranks on %s", strings.Join(killed, ","), w, strings.Join(left, ",")), true
+	}
+	return "", true
+}
+
+// shrink makes the next world world ranks on nodes, which the ranks reach
+// at the first one's address.
+func (gs *slurmGenerations) shrink(ctx context.Context, nodes []string, world int) {
+	gs.nodes, gs.world = nodes, world
+	if first := gs.nodeAddr(ctx, nodes[0]); first != "" {
+		gs.firstAddr = first
+	}
+}
+
+// slurmJob is what every generation of a job under SLURM shares.
+type slurmJob struct {
+	sr                    *SlurmRun
+	s                     *Spec
+	jobID, token, slurmID string
+	allocation            []string // the allocation's nodes
+	specPath, ckpt        string
+	getenv                func(string) string
+	logger                *slog.Logger
+	stdout, stderr        io.Writer
+}
+
 // slurmGeneration is one world of a job under SLURM: one coordinator of its
 // generation and one srun step.
 type slurmGeneration struct {
-	sr                        *SlurmRun
-	s                         *Spec
-	gen                       int
-	jobID, token, slurmID     string
-	hosts                     []string // the step's nodes
-	allocation                []string // the allocation's nodes
-	world                     int      // the step's ranks
-	firstAddr, specPath, ckpt string
-	getenv                    func(string) string
-	logger                    *slog.Logger
-	stdout, stderr            io.Writer
-	restartable               bool   // a rank failed: the world may start again
-	stuck                     bool   // srun did not end after a loss: a node may be gone
-	cause                     string // the failure, for the restart line
+	*slurmJob
+	gen         int
+	hosts       []string // the step's nodes
+	world       int      // the step's ranks
+	firstAddr   string   // the address of the step's first node
+	restartable bool     // a rank failed: the world may start again
+	stuck       bool     // srun did not end after a loss: a node may be gone
+	cause       string   // the failure, for the restart line
 }
 
 // run runs the generation's step: its coordinator listens on listen (the

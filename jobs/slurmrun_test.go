@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -569,6 +570,12 @@ command = ["sh", "-c", "echo \"gen $GEAR_RESTART_COUNT torch $TORCHELASTIC_RESTA
 		if len(lines) != 2 {
 			t.Errorf("%d kills: want 2 restart lines; stderr:\n%s", c.kills, errOut)
 		}
+		// The lines are the ones every launch path prints.
+		for n := 1; n <= 2; n++ {
+			if want := launch.RestartLine("gearrun", n, 2, "rank 1 on fakenode was killed by signal killed", ""); !strings.Contains(errOut, want+"\n") {
+				t.Errorf("%d kills: stderr lacks RestartLine's %q:\n%s", c.kills, want, errOut)
+			}
+		}
 		if strings.Contains(out, "gen 3") {
 			t.Errorf("%d kills: a fourth generation ran:\n%s", c.kills, out)
 		}
@@ -601,14 +608,17 @@ func TestShrunkWorld(t *testing.T) {
 
 func TestKilledNodes(t *testing.T) {
 	g := &slurmGeneration{
-		s:     &Spec{Launch: Launch{NP: 6, MinNP: 4, Restarts: 1}, Slurm: Slurm{Nodes: 3, NTasksPerNode: 2}},
-		hosts: []string{"n1", "n2", "n3"}, allocation: []string{"n1", "n2", "n3"}, world: 6,
-		getenv: func(k string) string {
-			if k == "SLURM_TASKS_PER_NODE" {
-				return "2(x3)"
-			}
-			return ""
+		slurmJob: &slurmJob{
+			s:          &Spec{Launch: Launch{NP: 6, MinNP: 4, Restarts: 1}, Slurm: Slurm{Nodes: 3, NTasksPerNode: 2}},
+			allocation: []string{"n1", "n2", "n3"},
+			getenv: func(k string) string {
+				if k == "SLURM_TASKS_PER_NODE" {
+					return "2(x3)"
+				}
+				return ""
+			},
 		},
+		hosts: []string{"n1", "n2", "n3"}, world: 6,
 	}
 	kill := func(r int, host string) RankExit { return RankExit{Rank: r, Host: host, Status: 137, Signal: "killed"} }
 	fail := func(r int, host string) RankExit { return RankExit{Rank: r, Host: host, Status: 1} }

@@ -38,13 +38,15 @@
 // guard process kills their process groups and removes the segments.
 //
 // Restarts: with Plan.MaxRestarts N, a rank's failure does not end the job;
-// Run prints "gearrun: restart 1 of N: <the failure>", stops the world as
-// above and starts it again as the next generation (Plan.Restart, told to the
-// ranks as GEAR_RESTART_COUNT; a coordinator of generation n refuses the ranks
-// of any other one), up to N times. The lock, the guard and the job's
-// segments are kept from one generation to the next; the checkpoint directory
-// (Plan.CheckpointDir, GEAR_CHECKPOINT_DIR) is never removed. A signal, the
-// timeout or a world that does not assemble ends the job at once.
+// Run stops the world as above, prints "gearrun: restart 1 of N: <the
+// failure>" (RestartLine) and starts it again as the next generation
+// (Plan.Restart, told to the ranks as GEAR_RESTART_COUNT; a coordinator of
+// generation n refuses the ranks of any other one), up to N times. The lock,
+// the guard and the job's segments are kept from one generation to the next;
+// the checkpoint directory (Plan.CheckpointDir, GEAR_CHECKPOINT_DIR) is never
+// removed. A signal, the timeout or a world that does not assemble ends the
+// job at once, even while the world stops after a rank's failure. Run,
+// RunOnHosts and the SLURM batch side (package jobs) share one RestartLoop.
 //
 // Clean removes the segments of jobs that are gone (gearrun clean).
 //

@@ -84,7 +84,9 @@ func runHostsRestarts(t *testing.T, hosts string, minNP, np, maxRestarts int, sh
 // collective one, and remove the rest at the end.
 func TestRunOnHostsRestarts(t *testing.T) {
 	shm := t.TempDir()
-	run := runHostsRestarts(t, "h1:1,h2:1", 0, 2, 1, shm, func(dir string, _ map[string]int) {
+	pid1 := 0
+	run := runHostsRestarts(t, "h1:1,h2:1", 0, 2, 1, shm, func(dir string, pids map[string]int) {
+		pid1 = pids["pid.0.1"]
 		os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
 	}, "FAIL=1")
 	if run.err != nil || run.res.Restarts != 1 {
@@ -92,6 +94,10 @@ func TestRunOnHostsRestarts(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^gearrun: restart 1 of 1: rank 1 \(pid \d+ on h2\) exited with status 3$`).MatchString(run.errw) {
 		t.Errorf("no restart line naming rank 1 on h2:\n%s", run.errw)
+	}
+	// The line is the one every launch path prints.
+	if want := RestartLine("gearrun", 1, 1, fmt.Sprintf("rank 1 (pid %d on h2) exited with status 3", pid1), ""); !strings.Contains(run.errw, want+"\n") {
+		t.Errorf("stderr lacks RestartLine's %q:\n%s", want, run.errw)
 	}
 	for _, want := range []string{"[0] gen 1 size 2 rank 0 on h1 0/1 nodes 2", "[1] gen 1 size 2 rank 1 on h2 0/1 nodes 2"} {
 		if !strings.Contains(run.out, want) {
@@ -201,14 +207,15 @@ func TestElasticPlan(t *testing.T) {
 	if err := p.PlaceOnHosts([]Host{{"a", 2}, {"b", 2}}); err != nil || p.Size() != 4 || len(p.Roles[0].Ranks) != 4 {
 		t.Fatalf("PlaceOnHosts on 4 slots: %v, %d ranks", err, p.Size())
 	}
-	q, err := p.Survivors([]string{"a"})
+	_, err = p.Survivors([]string{"a"})
 	if err == nil || err.Error() != "2 slots are left (b:2), fewer than the 3 ranks the job needs at least (-np 3:6)" {
 		t.Fatalf("Survivors without a: %v", err)
 	}
 	if err := p.PlaceOnHosts([]Host{{"a", 2}, {"b", 2}, {"c", 4}}); err != nil || p.Size() != 4 {
 		t.Fatalf("PlaceOnHosts again: %v, %d ranks", err, p.Size())
 	}
-	if q, err = p.Survivors([]string{"b"}); err != nil {
+	q, err := p.Survivors([]string{"b"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Up to MAX again, on a and c; p unchanged.

@@ -101,8 +101,13 @@ type hostJob struct {
 	verdict int
 	// next is the world of the next generation (verdictNext).
 	next *Plan
-	// restartLine says what the restart does, printed when it is decided.
-	restartLine string
+	// decideNext is the RestartLoop's decision on the current generation.
+	decideNext func(Ending) bool
+	// listen is where the coordinators listen: the plan's RdzvAddr, then
+	// the address the first generation's got.
+	listen string
+	// setupErr: the first generation's coordinator could not listen.
+	setupErr error
 }
 
 const (
@@ -153,7 +158,6 @@ type hostEvent struct {
 const hostEnded = 'E'
 
 func (hj *hostJob) run(ctx context.Context) (*Result, error) {
-	hj.holdRestartLine = true
 	if err := hj.openSinks(); err != nil {
 		return hj.setupFailed(err)
 	}
@@ -167,28 +171,56 @@ func (hj *hostJob) run(ctx context.Context) (*Result, error) {
 		defer t.Stop()
 		hj.timeout = t.C
 	}
-	listen := hj.plan.RdzvAddr
-	for gen := 0; ; gen++ {
-		var err error
-		if listen, err = hj.generation(ctx, gen, listen); err != nil {
-			if gen == 0 {
-				return hj.setupFailed(err)
-			}
-			hj.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
-			break
-		}
-		if hj.verdict != verdictNext || !hj.restarting {
-			break // a signal after the verdict ends the job all the same
-		}
-		hj.res.Restarts++
-		hj.plan = hj.next
+	hj.listen = hj.plan.RdzvAddr
+	hj.loop.Run(ctx, hj)
+	if hj.setupErr != nil {
+		return hj.setupFailed(hj.setupErr)
 	}
+	hj.res.Restarts = hj.loop.Restarts()
 	res := hj.res
 	if hj.cause != "" {
 		res.Cause, res.ExitCode = hj.cause, hj.code
 		return res, &JobError{Cause: hj.cause, Code: hj.code, Announced: hj.announced}
 	}
 	return res, nil
+}
+
+var _ Generations = (*hostJob)(nil)
+
+// RunGeneration runs the world of generation gen on its hosts; the next
+// generation, if one follows, runs the world Next made.
+func (hj *hostJob) RunGeneration(ctx context.Context, gen int, decide func(Ending) bool) bool {
+	hj.decideNext = decide
+	var err error
+	if hj.listen, err = hj.generation(ctx, gen, hj.listen); err != nil {
+		if gen == 0 {
+			hj.setupErr = err
+			return false
+		}
+		hj.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
+		return false
+	}
+	if hj.verdict != verdictNext || !hj.restarting {
+		return false // a signal after the verdict ends the job all the same
+	}
+	hj.plan = hj.next
+	return true
+}
+
+// Stopped ends the job on a signal, the timeout or ctx's end that came
+// since the world failed.
+func (hj *hostJob) Stopped(ctx context.Context) bool { return hj.stopped(ctx) }
+
+// Next is the world of the next generation (nextWorld), or the job's end
+// when the hosts left cannot hold it.
+func (hj *hostJob) Next(context.Context) (string, bool) {
+	next, line, err := hj.nextWorld()
+	if err != nil {
+		hj.giveUp(err.Error())
+		return "", false
+	}
+	hj.next = next
+	return line, true
 }
 
 // generation runs one world of the job: its coordinator, listening on
@@ -205,7 +237,7 @@ func (hj *hostJob) generation(ctx context.Context, gen int, listen string) (stri
 	hj.events = make(chan hostEvent, 64)
 	hj.coordLost = make(chan lostRank, n)
 	hj.hosts = nil
-	hj.verdict, hj.next, hj.restartLine = 0, nil, ""
+	hj.verdict, hj.next = 0, nil
 	cfg := rank.CoordinatorConfig{
 		Addr: listen, JobID: p.JobID, Token: p.Token, Size: n, Generation: gen,
 		Timeout: time.Duration(p.RdzvTimeout), Logger: hj.log, ExitReports: true,
@@ -263,7 +295,7 @@ func (hj *hostJob) generation(ctx context.Context, gen int, listen string) (stri
 		}
 	}
 	hj.wait(ctx)
-	hj.decide(ctx)
+	hj.decideGeneration()
 	for _, h := range hj.hosts {
 		close(h.ctl)
 	}
@@ -282,24 +314,20 @@ func (hj *hostJob) settled() bool {
 	return true
 }
 
-// decide settles the generation's fate once: the next generation (a rank
-// failed or a host was lost, restarts remain, the hosts left can hold the
-// job, and no signal, timeout or cancellation came meanwhile) or the end.
-// The agents still connected are told ("next": keep the job's segments but
-// the dead world's; "end"), and the restart's line is printed.
-func (hj *hostJob) decide(ctx context.Context) {
+// decideGeneration settles the generation's fate once, through the
+// RestartLoop: the next generation (a rank failed or a host was lost,
+// restarts remain, no signal, timeout or cancellation came meanwhile, and
+// the hosts left can hold the job) or the end. It is called once every
+// host has reported its ranks' ends, while their agents wait for the word,
+// or when every connection has ended. The agents still connected are told
+// ("next": keep the job's segments but the dead world's; "end").
+func (hj *hostJob) decideGeneration() {
 	if hj.verdict != 0 {
 		return
 	}
 	hj.verdict = verdictEnd
-	if hj.restarting && hj.mayRestart(ctx) {
-		next, line, err := hj.nextWorld()
-		if err != nil {
-			hj.fail(-1, hj.cause+"; "+err.Error(), hj.code)
-		} else {
-			hj.verdict, hj.next = verdictNext, next
-			hj.stderr.write([]byte(fmt.Sprintf("%s: restart %d of %d: %s%s\n", hj.opts.Name, hj.res.Restarts+1, hj.plan.MaxRestarts, hj.cause, line)))
-		}
+	if hj.decide(hj.decideNext) {
+		hj.verdict = verdictNext
 	}
 	word := "end\n"
 	if hj.verdict == verdictNext {
@@ -336,7 +364,7 @@ func (hj *hostJob) nextWorld() (*Plan, string, error) {
 	if len(next.Ranks) == 1 {
 		ranks = "rank"
 	}
-	return next, fmt.Sprintf("; next world: %d %s on %s", len(next.Ranks), ranks, strings.Join(next.Hosts, ",")), nil
+	return next, fmt.Sprintf("next world: %d %s on %s", len(next.Ranks), ranks, strings.Join(next.Hosts, ",")), nil
 }
 
 // openSinks makes each rank's output pumps: tagged lines on Stdout and
@@ -581,7 +609,7 @@ func (hj *hostJob) wait(ctx context.Context) {
 			if running > 0 && hj.settled() {
 				// Every agent still connected waits for the word on the
 				// job's segments.
-				hj.decide(ctx)
+				hj.decideGeneration()
 			}
 		case err := <-hj.rdzvFail:
 			hj.fail(-1, strings.TrimPrefix(err.Error(), "rank: "), ExitLaunchFailed)

@@ -98,7 +98,7 @@ func TestRunRestartsAfterKilledRank(t *testing.T) {
 	}
 	var want []string
 	for g := range 2 {
-		want = append(want, fmt.Sprintf("gearrun: restart %d of 2: rank 1 (pid %d) killed by SIGKILL", g+1, run.pids[g][1]))
+		want = append(want, RestartLine("gearrun", g+1, 2, fmt.Sprintf("rank 1 (pid %d) killed by SIGKILL", run.pids[g][1]), ""))
 	}
 	if got := nonLogLines(run.errw); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("launcher's lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -166,6 +166,63 @@ func TestRunSignalStopsRestarts(t *testing.T) {
 	var je *JobError
 	if !errors.As(run.err, &je) || je.Code != 130 || run.res.Restarts > 1 {
 		t.Fatalf("err %v, result %+v; want 130 (SIGINT) within a restart\nstderr:\n%s", run.err, run.res, run.errw)
+	}
+}
+
+// A signal that comes after a rank's failure, while the world stops, ends
+// the job: the restart line is printed only once the restart is decided, so
+// the failure is said as the job's end, then the signal, and no restart.
+func TestRunSignalBeforeRestartDecided(t *testing.T) {
+	dir := t.TempDir()
+	p, err := NewPlan(Request{
+		Groups: []Group{{NP: 2, Argv: []string{"sh", "-c", `if [ "$GEAR_RANK" = 1 ]; then exit 3; fi
+trap 'echo term > "$D/term"' TERM
+while :; do sleep 0.02; done`}}},
+		Env: []string{"D=" + dir}, MaxRestarts: 2, IsGoPackage: noGo,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errw geartest.Buffer
+	opts := testOptions(t, &out, &errw)
+	sigs := make(chan os.Signal, 1)
+	opts.Signals = sigs
+	var mu sync.Mutex
+	pid1 := 0
+	opts.OnStart = func(r, pid int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r == 1 {
+			pid1 = pid
+		}
+	}
+	go func() {
+		// Rank 0 got SIGTERM: rank 1's failure is known, and the world
+		// stops.
+		for {
+			if _, err := os.Stat(filepath.Join(dir, "term")); err == nil {
+				sigs <- os.Interrupt
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	res, err := Run(context.Background(), p, opts)
+	var je *JobError
+	if !errors.As(err, &je) || je.Code != 130 || res.Restarts != 0 {
+		t.Fatalf("err %v, result %+v; want 130 (SIGINT) and no restart\nstderr:\n%s", err, res, errw.String())
+	}
+	mu.Lock()
+	want := []string{fmt.Sprintf("gearrun: rank 1 (pid %d) exited with status 3", pid1), "gearrun: interrupted by SIGINT"}
+	mu.Unlock()
+	var got []string // the launcher's own, without the ranks' ("[0] Terminated")
+	for _, l := range nonLogLines(errw.String()) {
+		if strings.HasPrefix(l, "gearrun: ") {
+			got = append(got, l)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("launcher's lines:\n%s\nwant:\n%s", errw.String(), strings.Join(want, "\n"))
 	}
 }
 

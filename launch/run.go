@@ -153,16 +153,18 @@ type job struct {
 	procs  []*os.Process
 	groups []int // process group of each started rank (its pid), 0 if not started
 
-	mu         sync.Mutex // guards cause fields read by callbacks
-	cause      string
-	code       int
-	announced  bool
-	restarting bool // the failure is a rank's, and restarts remain
-	// holdRestartLine: the restart's line is printed when the world has
-	// stopped (RunOnHosts: it names the next world), not at the failure.
-	holdRestartLine bool
-	terminated      bool
-	timeout         <-chan time.Time // Options.Timeout, over every generation
+	mu        sync.Mutex // guards cause fields read by callbacks
+	cause     string
+	code      int
+	announced bool
+	// restarting: the failure is a rank's or a lost host's, and restarts
+	// remain; it is printed by the loop's restart line, or when the job
+	// ends on it after all.
+	restarting bool
+	held       bool // restarting, and the failure not yet printed
+	terminated bool
+	timeout    <-chan time.Time // Options.Timeout, over every generation
+	loop       *RestartLoop     // the job's generations and restarts
 
 	pumps    sync.WaitGroup
 	readEnds []*os.File
@@ -224,6 +226,7 @@ func newJob(p *Plan, opts Options) (*job, error) {
 		stdout: &lineSink{w: opts.Stdout},
 		stderr: &lineSink{w: opts.Stderr},
 	}
+	j.loop = &RestartLoop{Name: opts.Name, Max: p.MaxRestarts, Out: sinkWriter{j.stderr}}
 	for i := range j.res.Ranks {
 		j.res.Ranks[i] = RankResult{Rank: i, Code: -1, Status: "not started"}
 	}
@@ -291,45 +294,10 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 		defer t.Stop()
 		j.timeout = t.C
 	}
-	autoPort := p.TorchEnv && p.MasterPort == 0
 	j.guard = startGuard(j.opts.ShmDir, p.JobID, lock.Path(), j.log)
 	defer j.guard.done()
-	for gen := 0; ; gen++ {
-		j.newGeneration(gen)
-		if err := j.startCoordinator(); err != nil {
-			j.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
-			break
-		}
-		if autoPort {
-			// A port the kernel calls free now, given back at once so that rank 0
-			// can bind it: the window is the ranks' start, as under torchrun.
-			port, release, err := rank.ReservePort(p.MasterAddr)
-			if err != nil {
-				j.coord.Close()
-				j.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
-				break
-			}
-			p.MasterPort = port
-			release()
-		}
-		if p.TorchEnv {
-			j.res.MasterAddr = net.JoinHostPort(p.MasterAddr, strconv.Itoa(p.MasterPort))
-		}
-		j.reaper = newReaper(j.exits)
-		startErr := j.spawnAll(programs, devNull)
-		if startErr != nil {
-			j.fail(-1, startErr.Error(), exitCodeOf(startErr))
-		}
-		j.wait(ctx)
-		j.finish()
-		j.reaper.close()
-		j.coord.Close()
-		if !j.restarting || !j.mayRestart(ctx) {
-			break
-		}
-		j.dropGeneration()
-		j.res.Restarts++
-	}
+	j.loop.Run(ctx, &localGenerations{job: j, programs: programs, devNull: devNull, autoPort: p.TorchEnv && p.MasterPort == 0})
+	j.res.Restarts = j.loop.Restarts()
 
 	res = j.res
 	if j.cause != "" {
@@ -337,6 +305,80 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 		return res, &JobError{Cause: j.cause, Code: j.code, Announced: j.announced}
 	}
 	return res, nil
+}
+
+// localGenerations runs a job's worlds on this machine, one a generation,
+// under the job's RestartLoop.
+type localGenerations struct {
+	*job
+	programs []string // each rank's program, resolved once
+	devNull  *os.File
+	autoPort bool // the torch contract's master port is reserved anew each generation
+}
+
+var _ Generations = (*localGenerations)(nil)
+
+// RunGeneration starts the world of generation gen, waits for its end and,
+// when a next generation follows, drops the dead world's segments.
+func (g *localGenerations) RunGeneration(ctx context.Context, gen int, decide func(Ending) bool) bool {
+	j, p := g.job, g.plan
+	j.newGeneration(gen)
+	if err := j.startCoordinator(); err != nil {
+		j.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
+		return false
+	}
+	if g.autoPort {
+		// A port the kernel calls free now, given back at once so that rank 0
+		// can bind it: the window is the ranks' start, as under torchrun.
+		port, release, err := rank.ReservePort(p.MasterAddr)
+		if err != nil {
+			j.coord.Close()
+			j.fail(-1, strings.TrimPrefix(err.Error(), "launch: "), ExitLaunchFailed)
+			return false
+		}
+		p.MasterPort = port
+		release()
+	}
+	if p.TorchEnv {
+		j.res.MasterAddr = net.JoinHostPort(p.MasterAddr, strconv.Itoa(p.MasterPort))
+	}
+	j.reaper = newReaper(j.exits)
+	startErr := j.spawnAll(g.programs, g.devNull)
+	if startErr != nil {
+		j.fail(-1, startErr.Error(), exitCodeOf(startErr))
+	}
+	j.wait(ctx)
+	j.finish()
+	j.reaper.close()
+	j.coord.Close()
+	if !j.decide(decide) {
+		return false
+	}
+	j.dropGeneration()
+	return true
+}
+
+// Stopped ends the job on a signal, the timeout or ctx's end that came
+// since the world failed.
+func (g *localGenerations) Stopped(ctx context.Context) bool { return g.stopped(ctx) }
+
+// Next is the same world again.
+func (g *localGenerations) Next(context.Context) (string, bool) { return "", true }
+
+// decide asks the RestartLoop whether the current generation's world,
+// which ended as its failure says, is followed by another; a restart's line
+// has said the failure that was held.
+func (j *job) decide(decide func(Ending) bool) bool {
+	j.mu.Lock()
+	e := Ending{Cause: j.cause, Restartable: j.restarting}
+	j.mu.Unlock()
+	if !decide(e) {
+		return false
+	}
+	j.mu.Lock()
+	j.held = false
+	j.mu.Unlock()
+	return true
 }
 
 // newGeneration resets what belongs to one world of the job: its processes,
@@ -352,7 +394,7 @@ func (j *job) newGeneration(gen int) {
 	}
 	j.res.FailedRank = -1
 	j.mu.Lock()
-	j.cause, j.code, j.announced, j.restarting = "", 0, false, false
+	j.cause, j.code, j.announced, j.restarting, j.held = "", 0, false, false, false
 	j.mu.Unlock()
 	j.terminated = false
 	j.readEnds = nil
@@ -407,23 +449,23 @@ func (j *job) dropGeneration() {
 	}
 }
 
-// mayRestart reports whether the world that just failed is started again: a
+// stopped reports whether the job was stopped since its world failed: a
 // signal to the launcher, its timeout or a cancelled ctx that came meanwhile
-// end the job instead.
-func (j *job) mayRestart(ctx context.Context) bool {
+// end the job instead of a restart, and become its cause.
+func (j *job) stopped(ctx context.Context) bool {
 	select {
 	case sig := <-j.opts.Signals:
 		s, _ := sig.(syscall.Signal)
 		j.fail(-1, fmt.Sprintf("interrupted by %s", signalName(s)), 128+int(s))
-		return false
+		return true
 	case <-j.timeout:
 		j.fail(-1, fmt.Sprintf("job timed out after %v", j.opts.Timeout), ExitTimeout)
-		return false
+		return true
 	case <-ctx.Done():
 		j.fail(-1, fmt.Sprintf("job stopped: %v", context.Cause(ctx)), ExitLaunchFailed)
-		return false
-	default:
 		return true
+	default:
+		return false
 	}
 }
 
@@ -851,9 +893,10 @@ func (j *job) exited(ev exitEvent) {
 }
 
 // fail records the world's first failure and prints it, once. A rank's
-// failure (rank >= 0) while restarts remain is announced as the restart it
-// causes; the launcher's own failure (rank -1: a signal, the timeout, a world
-// that did not assemble) ends the job for good, even after such a failure.
+// failure (rank >= 0) while restarts remain is held for the RestartLoop,
+// which prints the restart line if it starts the world again; the
+// launcher's own failure (rank -1: a signal, the timeout, a world that did
+// not assemble) ends the job for good, even after such a failure.
 func (j *job) fail(rank int, cause string, code int) {
 	j.failWorld(rank, cause, code, rank >= 0)
 }
@@ -866,18 +909,35 @@ func (j *job) failWorld(rank int, cause string, code int, restartable bool) {
 	if j.cause != "" && !(j.restarting && !restartable) {
 		return
 	}
+	if j.held {
+		// The held failure ends the job after all: it is said first.
+		j.say(j.cause)
+	}
 	j.cause, j.code = cause, code
 	j.res.FailedRank = rank
 	j.announced = true
-	j.restarting = restartable && j.res.Restarts < j.plan.MaxRestarts
-	if j.restarting && j.holdRestartLine {
-		return
+	j.restarting = restartable && j.loop.left() > 0
+	j.held = j.restarting
+	if !j.restarting {
+		j.say(cause)
 	}
-	if j.restarting {
-		j.stderr.write([]byte(fmt.Sprintf("%s: restart %d of %d: %s\n", j.opts.Name, j.res.Restarts+1, j.plan.MaxRestarts, cause)))
-		return
-	}
-	j.stderr.write([]byte(j.opts.Name + ": " + cause + "\n"))
+}
+
+// giveUp ends the job on a held failure that no next world is left for:
+// why is added to its cause, and the whole is printed.
+func (j *job) giveUp(why string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.cause += "; " + why
+	j.res.FailedRank = -1
+	j.restarting, j.held = false, false
+	j.announced = true
+	j.say(j.cause)
+}
+
+// say prints one of the launcher's own lines.
+func (j *job) say(line string) {
+	j.stderr.write([]byte(j.opts.Name + ": " + line + "\n"))
 }
 
 // signalAll signals the process group of every started rank, including ranks
