@@ -73,11 +73,6 @@ type GPUGroup struct {
 	Req gmi.PlanRequest
 }
 
-// bindingVars are the variables a GPU binding sets; a bound rank inherits
-// none of them from the launcher, and a group that binds may not set them
-// with -x.
-var bindingVars = []string{rank.EnvCUDAVisibleDevices, rank.EnvCUDADeviceOrder,
-	rank.EnvMPSThreadPercent, rank.EnvMPSPinnedMemLimit, rank.EnvGMILayout}
 
 // BindGPUs places groups on the GPUs of topo with gmi.NewPlan, one plan per
 // group, in order. visible is the launcher's CUDA_VISIBLE_DEVICES (""
@@ -255,7 +250,7 @@ func bindGroups(req Request, p *Plan, lookup func(string) (string, bool)) error 
 		if g.Bind != nil {
 			groups = append(groups, GPUGroup{Group: i, Role: p.Ranks[first].Role, FirstRank: first, NP: g.NP, Req: *g.Bind})
 			for _, kv := range append(slices.Clone(p.Env), p.Ranks[first].Env...) {
-				if name, _, _ := strings.Cut(kv, "="); slices.Contains(bindingVars, name) {
+				if name, _, _ := strings.Cut(kv, "="); slices.Contains(rank.DeviceEnv(), name) {
 					return fmt.Errorf("launch: group %d: env %s: the group's GPU binding sets it", i, name)
 				}
 			}
@@ -279,10 +274,11 @@ func bindGroups(req Request, p *Plan, lookup func(string) (string, bool)) error 
 
 // inheritDrop lists the variables rank r must not inherit from the
 // launcher's environment: the binding variables when the rank is bound to a
-// GPU (a whole-GPU rank must not keep an MPS share from outside).
+// GPU (a whole-GPU rank must not keep an MPS share from outside), which
+// rank.DeviceEnv lists; a group that binds may not set them with -x either.
 func (p *Plan) inheritDrop(r int) []string {
 	if p.Ranks[r].Device.Backend == "" {
 		return nil
 	}
-	return bindingVars
+	return rank.DeviceEnv()
 }

@@ -16,11 +16,10 @@ import (
 	"github.com/gear-rl/gear/rank"
 )
 
-// bindingVars are the variables a rank's GPU binding consists of; the "env"
-// helper writes the ones it has (with its role) to env.<rank> in its
-// directory.
-var bindingVars = []string{rank.EnvCUDAVisibleDevices, rank.EnvCUDADeviceOrder, rank.EnvMPSThreadPercent,
-	rank.EnvMPSPinnedMemLimit, rank.EnvGMILayout, rank.EnvRole}
+// bindingVars are the variables a rank's GPU binding consists of
+// (rank.DeviceEnv); the "env" helper writes the ones it has (with its role)
+// to env.<rank> in its directory.
+var bindingVars = append(rank.DeviceEnv(), rank.EnvRole)
 
 func writeBindingEnv(dir string, r int) int {
 	got := map[string]string{}
