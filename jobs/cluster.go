@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gear-rl/gear/internal/clock"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -24,16 +25,11 @@ type Cluster struct {
 	// Gearrun is the path of gearrun that batch scripts run when a spec's
 	// slurm.gearrun is empty; usually os.Executable().
 	Gearrun string
-	// Now stamps records; nil means time.Now.
-	Now func() time.Time
+	// Clock stamps records; nil is the wall clock.
+	Clock clock.Clock
 }
 
-func (c *Cluster) now() time.Time {
-	if c.Now == nil {
-		return time.Now()
-	}
-	return c.Now()
-}
+func (c *Cluster) now() time.Time { return c.Clock.Now() }
 
 // Prepared is a job that Prepare made ready for sbatch: its record (without a
 // SLURM ID yet) and batch script.

@@ -102,7 +102,7 @@ func newTestCluster(t *testing.T) (*Cluster, *fakeSlurm) {
 		State:   StateDir(t.TempDir()),
 		Sched:   Scheduler{Exec: f.exec},
 		Gearrun: "/opt/gear/bin/gearrun",
-		Now:     func() time.Time { now = now.Add(time.Second); return now },
+		Clock:   func() time.Time { now = now.Add(time.Second); return now },
 	}, f
 }
 

@@ -26,7 +26,7 @@
 // # Running a spec on this machine
 //
 //  1. Load the spec.
-//  2. Call spec.Plan(path) for the launch plan (one launch group per role,
+//  2. Call spec.Plan(ctx, path) for the launch plan (one launch group per role,
 //     [launch].env and the groups' env, GEAR_JOB_SPEC, device binding from
 //     gpus_per_rank and [gmi]); print it for --dry-run (Plan.WriteText).
 //  3. Call launch.Run(ctx, plan, opts) with opts from spec.Options()

@@ -20,12 +20,12 @@ import (
 // The tests in this file submit jobs of several nodes with `gearrun submit`
 // to a cluster of at least three nodes, such as the one of
 // scripts/slurm-local.sh up --nodes 3 (a network namespace per node); their
-// rank program is jobs/jobstest/multinode. Without such a cluster they skip,
+// rank program is cmd/internal/multinode. Without such a cluster they skip,
 // unless GEAR_REQUIRE_MULTINODE=1 (jobstest.RequireNodes).
 
 // multinodeCmds is the rank program, built once for the package's tests into
 // a temporary directory that every node of the local cluster sees.
-var multinodeCmds = geartest.NewCommands("github.com/gear-rl/gear/jobs/jobstest/multinode")
+var multinodeCmds = geartest.NewCommands("github.com/gear-rl/gear/cmd/internal/multinode")
 
 func multinodeBinary(t *testing.T) string { return multinodeCmds.Path(t, "multinode") }
 

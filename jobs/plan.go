@@ -31,8 +31,8 @@ func WithTopology(topo *gmi.Topology) PlanOption {
 // plans with gmi.NewPlan, as gearrun's --bind and --gmi-per-gpu do. Every rank
 // gets GEAR_JOB_SPEC, the absolute path of specPath ("" leaves it out), so
 // that it can read the spec with FromEnv. Only a spec with gpus_per_rank looks
-// for GPUs (gmi.Discover, unless WithTopology gives them).
-func (s *Spec) Request(specPath string, opts ...PlanOption) (launch.Request, error) {
+// for GPUs (gmi.Discover under ctx, unless WithTopology gives them).
+func (s *Spec) Request(ctx context.Context, specPath string, opts ...PlanOption) (launch.Request, error) {
 	var cfg planConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -65,7 +65,7 @@ func (s *Spec) Request(specPath string, opts ...PlanOption) (launch.Request, err
 	if binds {
 		req.Topology = cfg.topo
 		if req.Topology == nil {
-			topo, err := gmi.Discover(context.Background())
+			topo, err := gmi.Discover(ctx)
 			if err != nil {
 				return launch.Request{}, fmt.Errorf("jobs: %w", err)
 			}
@@ -141,10 +141,10 @@ func (s *Spec) taskBinding(ctx context.Context, info rank.Info, lookup func(stri
 }
 
 // Plan makes the launch plan of a validated spec for a run on this machine:
-// launch.NewPlan of Request(specPath, opts...). A binding that does not fit
-// the machine is a *launch.BindError.
-func (s *Spec) Plan(specPath string, opts ...PlanOption) (*launch.Plan, error) {
-	req, err := s.Request(specPath, opts...)
+// launch.NewPlan of Request(ctx, specPath, opts...). A binding that does not
+// fit the machine is a *launch.BindError.
+func (s *Spec) Plan(ctx context.Context, specPath string, opts ...PlanOption) (*launch.Plan, error) {
+	req, err := s.Request(ctx, specPath, opts...)
 	if err != nil {
 		return nil, err
 	}

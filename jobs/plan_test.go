@@ -69,7 +69,7 @@ func TestPlanBindsGPUs(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv(rank.EnvCUDAVisibleDevices, tt.visible)
-			p, err := parseSpec(t, tt.spec).Plan("", WithTopology(tt.topo))
+			p, err := parseSpec(t, tt.spec).Plan(t.Context(), "", WithTopology(tt.topo))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -90,7 +90,7 @@ func TestPlanReplayExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := spec.Plan("../examples/jobs/replay.toml", WithTopology(loadTopology(t, "dgx-a100.toml")))
+	p, err := spec.Plan(t.Context(), "../examples/jobs/replay.toml", WithTopology(loadTopology(t, "dgx-a100.toml")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestPlanBindErrors(t *testing.T) {
 			"has MIG mode on: a rank cannot own the whole GPU"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := parseSpec(t, c.spec).Plan("", WithTopology(c.topo))
+			_, err := parseSpec(t, c.spec).Plan(t.Context(), "", WithTopology(c.topo))
 			var be *launch.BindError
 			if err == nil || !strings.Contains(err.Error(), c.want) || !errors.As(err, &be) {
 				t.Errorf("error %v, want a BindError containing %q", err, c.want)
@@ -135,7 +135,7 @@ func TestPlanBindErrors(t *testing.T) {
 // A spec without gpus_per_rank looks for no GPUs.
 func TestPlanWithoutGPUsDiscoversNothing(t *testing.T) {
 	t.Setenv(rank.EnvTopology, "/no/such/topology.toml")
-	p, err := parseSpec(t, "[launch]\nnp = 2\ncommand = [\"x\"]\n[gmi]\nper_gpu = 2\n").Plan("")
+	p, err := parseSpec(t, "[launch]\nnp = 2\ncommand = [\"x\"]\n[gmi]\nper_gpu = 2\n").Plan(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestPlanWithoutGPUsDiscoversNothing(t *testing.T) {
 		t.Errorf("binding without gpus_per_rank: %+v %+v", p.Ranks[0].Device, p.GPUPlans)
 	}
 	// With gpus_per_rank, GEAR_TOPOLOGY is the machine.
-	_, err = parseSpec(t, "[launch]\nnp = 2\ngpus_per_rank = 1\ncommand = [\"x\"]\n").Plan("")
+	_, err = parseSpec(t, "[launch]\nnp = 2\ngpus_per_rank = 1\ncommand = [\"x\"]\n").Plan(t.Context(), "")
 	if err == nil || !strings.Contains(err.Error(), "/no/such/topology.toml") {
 		t.Errorf("GEAR_TOPOLOGY not read: %v", err)
 	}
@@ -193,21 +193,21 @@ func TestTaskBinding(t *testing.T) {
 func TestPlanRestartsAndCheckpoints(t *testing.T) {
 	state := t.TempDir()
 	t.Setenv("XDG_STATE_HOME", state)
-	p, err := parseSpec(t, "[launch]\nnp = 2\nrestarts = 2\ncommand = [\"x\"]\n").Plan("")
+	p, err := parseSpec(t, "[launch]\nnp = 2\nrestarts = 2\ncommand = [\"x\"]\n").Plan(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := state + "/gear/checkpoints/" + p.JobID; p.MaxRestarts != 2 || p.CheckpointDir != want {
 		t.Fatalf("plan: %d restarts, checkpoints %q; want 2 and %q", p.MaxRestarts, p.CheckpointDir, want)
 	}
-	p, err = parseSpec(t, "[launch]\nnp = 1\ncheckpoint_dir = \"ck\"\ncommand = [\"x\"]\n").Plan("")
+	p, err = parseSpec(t, "[launch]\nnp = 1\ncheckpoint_dir = \"ck\"\ncommand = [\"x\"]\n").Plan(t.Context(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.MaxRestarts != 0 || p.CheckpointDir != "ck" {
 		t.Fatalf("plan: %d restarts, checkpoints %q; want 0 and ck", p.MaxRestarts, p.CheckpointDir)
 	}
-	p, err = parseSpec(t, "[launch]\nnp = 1\ncommand = [\"x\"]\n").Plan("")
+	p, err = parseSpec(t, "[launch]\nnp = 1\ncommand = [\"x\"]\n").Plan(t.Context(), "")
 	if err != nil || p.CheckpointDir != "" {
 		t.Fatalf("plan without restarts: checkpoints %q, %v; want none", p.CheckpointDir, err)
 	}

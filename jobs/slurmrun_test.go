@@ -459,7 +459,7 @@ func TestPlanFromSpec(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := spec.Plan("../examples/jobs/mpmd.toml")
+	p, err := spec.Plan(t.Context(), "../examples/jobs/mpmd.toml")
 	if err != nil {
 		t.Fatal(err)
 	}

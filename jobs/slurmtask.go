@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gear-rl/gear/internal/clock"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -36,8 +37,8 @@ type SlurmTask struct {
 	Stdin   io.Reader
 	Stdout  io.Writer
 	Stderr  io.Writer
-	// Now stamps exit records; nil means time.Now.
-	Now func() time.Time
+	// Clock stamps exit records; nil is the wall clock.
+	Clock clock.Clock
 }
 
 // Run runs the rank's command and returns the exit status to exit with: the
@@ -174,12 +175,7 @@ func killedOutside(stopped int64, ended time.Time, waitDelay time.Duration) bool
 // after its command died of a signal.
 const signalSettle = 300 * time.Millisecond
 
-func (t *SlurmTask) now() time.Time {
-	if t.Now != nil {
-		return t.Now()
-	}
-	return time.Now()
-}
+func (t *SlurmTask) now() time.Time { return t.Clock.Now() }
 
 // fail reports re, stamped now unless it has its time.
 func (t *SlurmTask) fail(re RankExit) {

@@ -86,7 +86,7 @@ func TestTorchEnvSwitch(t *testing.T) {
 		if s.Launch.TorchEnvOn() != on {
 			t.Errorf("%q: TorchEnvOn() = %v, want %v", doc, !on, on)
 		}
-		req, err := s.Request("")
+		req, err := s.Request(t.Context(), "")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,18 +16,13 @@ type comms struct {
 	role  *collective.Comm
 }
 
-// Comm returns the world communicator, built on first use with the transport
-// that GEAR_TRANSPORT names (automatic when unset). Building it is collective:
-// every rank must call Comm (or CommContext) before any of them can use it; Comm
-// waits at most the rendezvous timeout. The World owns the communicator and closes
-// it in Close.
-func (w *World) Comm() (*collective.Comm, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.info.RdzvTimeout)
-	defer cancel()
-	return w.CommContext(ctx)
-}
-
-// CommContext is Comm with a context bounding the build.
+// CommContext returns the world communicator, built on first use with the
+// transport that GEAR_TRANSPORT names (automatic when unset). Building it is
+// collective: every rank must call CommContext before any of them can use it,
+// and ctx bounds the wait for the others (the caller gives it a deadline, such
+// as the world's rendezvous timeout, so that a rank that never comes gives an
+// error). Later calls return the same communicator. The World owns it and
+// closes it in Close.
 func (w *World) CommContext(ctx context.Context) (*collective.Comm, error) {
 	if err := w.checkOpen(); err != nil {
 		return nil, err
@@ -76,7 +71,7 @@ func (w *World) RoleComm(ctx context.Context) (*collective.Comm, error) {
 	return c, nil
 }
 
-// closeComms closes the communicators built by Comm and RoleComm.
+// closeComms closes the communicators built by CommContext and RoleComm.
 func (w *World) closeComms() {
 	w.comms.mu.Lock()
 	defer w.comms.mu.Unlock()

@@ -17,13 +17,13 @@ func TestWorldAndRoleComms(t *testing.T) {
 	launchtest.RunRanks(t, 5, func(t *testing.T, w *rank.World) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		world, err := w.Comm()
+		world, err := w.CommContext(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		again, err := w.CommContext(ctx)
 		if err != nil || again != world {
-			t.Fatalf("CommContext after Comm = %p, %v; want the same communicator %p", again, err, world)
+			t.Fatalf("CommContext again = %p, %v; want the same communicator %p", again, err, world)
 		}
 		sum := []int64{int64(w.Rank())}
 		if err := collective.AllReduce(ctx, world, sum, collective.Sum); err != nil {

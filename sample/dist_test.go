@@ -89,7 +89,7 @@ func pollUntil(what string, cond func() bool) error {
 }
 
 // localTables builds one plain table per shard holding items.
-func localTables(t *testing.T, shards int, items []distItem, mk func() (Selector, Selector), maxTimes int64, rl RateLimit, clock func() int64) []Local {
+func localTables(t *testing.T, shards int, items []distItem, mk func() (Selector, Selector), maxTimes int64, rl RateLimit, clock func() time.Time) []Local {
 	t.Helper()
 	locals := make([]Local, shards)
 	tables := make([]*Table, shards)

@@ -55,7 +55,7 @@
 //
 //  1. OpenDevice(ordinal) (or a *cuda.Device of the caller's); without a driver its
 //     error wraps cuda.ErrNoDriver, and the host paths need none.
-//  2. ShardTable.RegisterDevice(dev) pins and maps the shard's column tables once.
+//  2. ShardTable.RegisterDevice(ctx, dev) pins and maps the shard's column tables once.
 //     In a distributed table, pass WithNCCL(nc) to NewDistTable, nc being an NCCL
 //     communicator on dev whose ranks are the table's.
 //  3. ItemBytes(columns, w) sizes the device buffers; CollectDevice(ctx, stream,

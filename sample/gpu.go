@@ -51,8 +51,9 @@ type deviceTables struct {
 	closed  bool
 }
 
-// registerTables pins and maps every column table of st's shard for dev.
-func registerTables(st *ShardTable, dev *cuda.Device) (*deviceTables, error) {
+// registerTables pins and maps every column table of st's shard for dev,
+// checking ctx before each table (pinning a large one takes a while).
+func registerTables(ctx context.Context, st *ShardTable, dev *cuda.Device) (*deviceTables, error) {
 	g := &deviceTables{dev: dev}
 	ev, err := dev.NewEvent()
 	if err != nil {
@@ -60,10 +61,14 @@ func registerTables(st *ShardTable, dev *cuda.Device) (*deviceTables, error) {
 	}
 	g.done = ev
 	for col := range st.shard.Spec().Columns {
+		if err := ctx.Err(); err != nil {
+			_ = g.release(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("sample: table %q: register with GPU %d: %w", st.t.name, dev.Ordinal(), err)
+		}
 		tb := st.shard.ColumnTable(col)
 		p, err := dev.RegisterHost(tb)
 		if err != nil {
-			_ = g.release(context.Background())
+			_ = g.release(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("sample: table %q: registering column %q of shard %q (%d bytes) with GPU %d: %w",
 				st.t.name, st.shard.Spec().Columns[col].Name, st.shard.Name(), len(tb), dev.Ordinal(), err)
 		}
@@ -75,13 +80,15 @@ func registerTables(st *ShardTable, dev *cuda.Device) (*deviceTables, error) {
 
 // RegisterDevice pins every column table of the shard in this process and maps it
 // for dev (cuMemHostRegister, portable and mapped), once, so that CollectDevice
-// reads sampled rows with the zero-copy gather kernel. Registering again with the
+// reads sampled rows with the zero-copy gather kernel. Pinning takes time in
+// proportion to the tables' size: ctx is checked before each table, and when it
+// ends the tables pinned so far are unpinned again. Registering again with the
 // same device does nothing; another device is refused. UnregisterDevice, or
 // Close, undoes it: close the table before the device and the shard.
 //
-// Errors: ErrClosed; the driver's (a table the driver cannot pin, a closed
-// device).
-func (st *ShardTable) RegisterDevice(dev *cuda.Device) error {
+// Errors: ErrClosed; the context's; the driver's (a table the driver cannot
+// pin, a closed device).
+func (st *ShardTable) RegisterDevice(ctx context.Context, dev *cuda.Device) error {
 	if dev == nil {
 		return fmt.Errorf("sample: table %q: register device: no device (sample.OpenDevice opens one)", st.t.name)
 	}
@@ -98,14 +105,14 @@ func (st *ShardTable) RegisterDevice(dev *cuda.Device) error {
 	case g != nil:
 		return fmt.Errorf("sample: table %q: registered with GPU %d already; UnregisterDevice first", st.t.name, g.dev.Ordinal())
 	}
-	g, err := registerTables(st, dev)
+	g, err := registerTables(ctx, st, dev)
 	if err != nil {
 		return err
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {
-		_ = g.release(context.Background())
+		_ = g.release(context.WithoutCancel(ctx))
 		return st.t.errClosed("register device")
 	}
 	st.gpu = g

@@ -50,7 +50,7 @@ func runDeviceDistOn(t *testing.T, nccl *cuda.NCCL, device func(r int) *cuda.Dev
 	for r := range n {
 		devs[r] = device(r)
 		streams[r] = newStream(t, devs[r])
-		if err := locals[r].RegisterDevice(devs[r]); err != nil {
+		if err := locals[r].RegisterDevice(t.Context(), devs[r]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -249,7 +249,7 @@ func TestDistributedCollectDeviceErrors(t *testing.T) {
 					if err := x.st.UnregisterDevice(ctx); err != nil {
 						return err
 					}
-					defer x.st.RegisterDevice(x.dev)
+					defer x.st.RegisterDevice(ctx, x.dev)
 				}
 				return x.d.CollectDevice(ctx, x.s, dst, good, []string{"meta"}, Window{})
 			},
@@ -363,7 +363,7 @@ func TestCollectDeviceNeedsNCCL(t *testing.T) {
 	locals, _ := deviceShards(t, 2, gpuSpec(8), Config{}, uniformFIFO)
 	devs := []*cuda.Device{f.device(t, 0), f.device(t, 1)}
 	for r, st := range locals {
-		if err := st.RegisterDevice(devs[r]); err != nil {
+		if err := st.RegisterDevice(t.Context(), devs[r]); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.UnregisterDevice(context.Background()) })
@@ -382,7 +382,7 @@ func TestCollectDeviceNeedsNCCL(t *testing.T) {
 		return nil
 	})
 	one, _ := deviceShards(t, 1, gpuSpec(8), Config{}, uniformFIFO)
-	if err := one[0].RegisterDevice(devs[0]); err != nil {
+	if err := one[0].RegisterDevice(t.Context(), devs[0]); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = one[0].UnregisterDevice(context.Background()) })

@@ -39,7 +39,7 @@ func ExampleShardTable_CollectDevice() {
 		panic(err)
 	}
 	defer dev.Close()
-	if err := st.RegisterDevice(dev); err != nil {
+	if err := st.RegisterDevice(ctx, dev); err != nil {
 		panic(err)
 	}
 	sizes, _ := st.ItemBytes([]string{"obs"}, w)

@@ -82,7 +82,7 @@ func prioritizedTable(t *testing.T, exp float64, maxTimes int64, seed uint64, se
 		t.Fatal(err)
 	}
 	tb, err := NewTable(Config{Name: "sel", MaxSize: 1 << 20, Sampler: p, Remover: NewFIFO(), MaxTimesSampled: maxTimes,
-		Seed: seed, Clock: func() int64 { return 0 }, Selection: sel})
+		Seed: seed, Clock: func() time.Time { return time.Unix(0, 0) }, Selection: sel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestDistributedDeviceSelection(t *testing.T) {
 	}{{ModeSplit, 0}, {ModeCentralized, 2}} {
 		var got [][][]Sampled
 		for _, sels := range [][]*DeviceSelection{devSels, {NewTwinSelection(), NewTwinSelection(), NewTwinSelection()}, nil} {
-			locals := localTables(t, 3, items, prioritizedPair(1), c.maxTimes, RateLimit{}, func() int64 { return 0 })
+			locals := localTables(t, 3, items, prioritizedPair(1), c.maxTimes, RateLimit{}, func() time.Time { return time.Unix(0, 0) })
 			for i, l := range locals {
 				if sels != nil {
 					l.(*Table).selection = sels[i]

@@ -197,7 +197,7 @@ func TestCollectDeviceMatchesCollect(t *testing.T) {
 				t.Error(err)
 			}
 		})
-		if err := st.RegisterDevice(dev); err != nil {
+		if err := st.RegisterDevice(ctx, dev); err != nil {
 			t.Fatal(err)
 		}
 		var rows []int
@@ -260,7 +260,7 @@ func TestCollectDeviceLargeRows(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
-		if err := st.RegisterDevice(dev); err != nil {
+		if err := st.RegisterDevice(ctx, dev); err != nil {
 			t.Fatal(err)
 		}
 		items := 32
@@ -327,20 +327,20 @@ func TestCollectDeviceErrors(t *testing.T) {
 	if err := st.CollectDevice(ctx, s, dst, []int{ref.Index}, []string{"obs"}, Window{}); err == nil || !strings.Contains(err.Error(), "no device registered") {
 		t.Fatalf("collect without a device: %v", err)
 	}
-	if err := st.RegisterDevice(nil); err == nil {
+	if err := st.RegisterDevice(ctx, nil); err == nil {
 		t.Fatal("a nil device registered")
 	}
 	regs := f.cu.Live(cudatest.LiveRegistrations)
-	if err := st.RegisterDevice(dev); err != nil {
+	if err := st.RegisterDevice(ctx, dev); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RegisterDevice(dev); err != nil {
+	if err := st.RegisterDevice(ctx, dev); err != nil {
 		t.Fatalf("registering again with the same device: %v", err)
 	}
 	if got := f.cu.Live(cudatest.LiveRegistrations) - regs; got != len(testColumns) {
 		t.Fatalf("%d registrations for %d column tables", got, len(testColumns))
 	}
-	if err := st.RegisterDevice(f.device(t, 1)); err == nil {
+	if err := st.RegisterDevice(ctx, f.device(t, 1)); err == nil {
 		t.Fatal("a second device registered")
 	}
 	for _, c := range []struct {
@@ -386,7 +386,7 @@ func TestCollectDeviceAbandoned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RegisterDevice(dev); err != nil {
+	if err := st.RegisterDevice(t.Context(), dev); err != nil {
 		t.Fatal(err)
 	}
 	s := newStream(t, dev)
@@ -438,7 +438,7 @@ func TestShardTableCloseUnregisters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.RegisterDevice(dev); err != nil {
+	if err := st.RegisterDevice(t.Context(), dev); err != nil {
 		t.Fatal(err)
 	}
 	s := newStream(t, dev)
@@ -463,7 +463,7 @@ func TestShardTableCloseUnregisters(t *testing.T) {
 			t.Errorf("%d live %s after Close, want %d", got, c.what, c.was)
 		}
 	}
-	if err := st.RegisterDevice(dev); !errors.Is(err, ErrClosed) {
+	if err := st.RegisterDevice(t.Context(), dev); !errors.Is(err, ErrClosed) {
 		t.Fatalf("RegisterDevice after Close: %v", err)
 	}
 }

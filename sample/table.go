@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gear-rl/gear/internal/clock"
 )
 
 // Item is one entry of a table.
@@ -24,8 +26,8 @@ type Item struct {
 	TimesSampled int64
 	// Seq is the item's insertion order in its table: 0, 1, 2, ...
 	Seq uint64
-	// Inserted is the time of the insert by the table's clock (unix
-	// nanoseconds by default). It orders FIFO and LIFO across shards.
+	// Inserted is the time of the insert by the table's clock, in unix
+	// nanoseconds. It orders FIFO and LIFO across shards.
 	Inserted int64
 	// Index is the item's place in its table: its row in a shard-backed table
 	// (the local index that Collect reads), a slot number otherwise.
@@ -70,9 +72,9 @@ type Config struct {
 	Seed uint64
 	// Source, when set, replaces the source seeded from Seed.
 	Source rand.Source
-	// Clock, when set, stamps inserts instead of the wall clock (unix
-	// nanoseconds). It should not go backwards.
-	Clock func() int64
+	// Clock, when set, stamps inserts (Item.Inserted) instead of the wall
+	// clock. It should not go backwards.
+	Clock clock.Clock
 	// OnDelete, when set, is called for every item that leaves the table (remover,
 	// max_times_sampled, explicit deletes, Reset), with the table's lock held: it
 	// must be quick and must not call the table.
@@ -111,7 +113,7 @@ type Table struct {
 	sampler   Selector
 	remover   Selector
 	rng       *rand.Rand
-	clock     func() int64
+	clock     clock.Clock
 	onDelete  func(Item)
 	selection *DeviceSelection
 
@@ -160,10 +162,6 @@ func NewTable(cfg Config) (*Table, error) {
 	case cfg.MaxTimesSampled < 0:
 		return nil, fmt.Errorf("sample: table %q: max_times_sampled %d: want >= 0", cfg.Name, cfg.MaxTimesSampled)
 	}
-	clock := cfg.Clock
-	if clock == nil {
-		clock = func() int64 { return time.Now().UnixNano() }
-	}
 	src := cfg.Source
 	if src == nil {
 		src = rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15)
@@ -175,7 +173,7 @@ func NewTable(cfg Config) (*Table, error) {
 		sampler:   cfg.Sampler,
 		remover:   cfg.Remover,
 		rng:       rand.New(src),
-		clock:     clock,
+		clock:     cfg.Clock,
 		onDelete:  cfg.OnDelete,
 		selection: cfg.Selection,
 		limiter:   *lim,
@@ -232,7 +230,7 @@ func (t *Table) insert(ctx context.Context, it Item, atRow bool) (bool, error) {
 		}
 	} else {
 		slot = t.allocSlot()
-		it.Index, it.Seq, it.Inserted, it.TimesSampled = slot, t.seq, t.clock(), 0
+		it.Index, it.Seq, it.Inserted, it.TimesSampled = slot, t.seq, t.clock.Now().UnixNano(), 0
 		t.seq++
 	}
 	t.placeLocked(slot, it)

@@ -25,14 +25,14 @@ func tableOf(t *testing.T, sampler, remover Kind, maxSize int, rl RateLimit, max
 }
 
 // counterClock is a fake clock that ticks once per reading.
-func counterClock() func() int64 {
+func counterClock() func() time.Time {
 	var mu sync.Mutex
 	var now int64
-	return func() int64 {
+	return func() time.Time {
 		mu.Lock()
 		defer mu.Unlock()
 		now++
-		return now
+		return time.Unix(0, now)
 	}
 }
 

@@ -28,8 +28,8 @@
 //     the same once per turnover of the shard.
 //  5. Checkpoint(ctx, path) when wanted; Restore(ctx, path, name) makes a new shard
 //     from a checkpoint; MergeCheckpoint and MergeFrom add a checkpoint's or a
-//     shard's rows to a shard. package store/progress draws their progress on a
-//     terminal. A restarted owner takes its shard over with Open (or
+//     shard's rows to a shard. WithProgress reports their progress (gearbench
+//     draws it as a bar on a terminal). A restarted owner takes its shard over with Open (or
 //     CreateOrOpen) once the previous owner is dead: every committed row stays,
 //     and half-written rows and dead processes' pins are reclaimed.
 //  6. Close() marks the shard closed and removes the segment. Processes still

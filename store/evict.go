@@ -178,7 +178,7 @@ func (s *Shard) evict(want int, dst []uint32) []uint32 {
 			}
 		}
 	}
-	if time.Now().Before(e.idleUntil) {
+	if s.clock.Now().Before(e.idleUntil) {
 		return dst
 	}
 	var cand *evictor
@@ -193,7 +193,7 @@ func (s *Shard) evict(want int, dst []uint32) []uint32 {
 			return dst
 		}
 	}
-	e.idleUntil = time.Now().Add(scanPause)
+	e.idleUntil = s.clock.Now().Add(scanPause)
 	return dst
 }
 

@@ -1,6 +1,22 @@
 package store
 
-// SetCommittingHook makes every commit call f after reserving its insertion
-// sequence and before publishing the row (nil removes the hook). Only child
-// processes of the tests set it, before any commit.
-func SetCommittingHook(f func()) { testHookCommitting = f }
+import "time"
+
+// SetCommittingHook makes every commit through s call f after reserving its
+// insertion sequence and before publishing the row (nil removes the hook). Set
+// it before any commit through s; only child processes of the tests do.
+func SetCommittingHook(s *Shard, f func()) { s.committing = f }
+
+// ScanPause is how long a waiting Allocate leaves the status table alone after
+// a scan that found no row to take.
+const ScanPause = scanPause
+
+// Evict runs one eviction round of s for want rows, as a waiting Allocate
+// does, and returns the rows it reserved and the time before which the next
+// round skips its status-table scan.
+func Evict(s *Shard, want int) (rows []uint32, idleUntil time.Time) {
+	rows = s.evict(want, nil)
+	s.ev.mu.Lock()
+	defer s.ev.mu.Unlock()
+	return rows, s.ev.idleUntil
+}

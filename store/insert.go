@@ -25,10 +25,6 @@ func (p Pending) Shard() *Shard { return p.s }
 // place, valid until Commit or Abort.
 func (p Pending) Block(col int) []byte { return p.s.block(col, p.idx) }
 
-// testHookCommitting, when set (by tests), runs between reserving a commit's
-// sequence and publishing the row.
-var testHookCommitting func()
-
 // Allocate takes a free row for writing. When no row is free it evicts one chosen
 // by the shard's Remover; it waits, until ctx is done, only while every row is
 // being written or pinned, or when the remover is RemoverNone and nothing is free.
@@ -159,14 +155,14 @@ func (p Pending) commit(key uint64, haveKey bool, priority float64) (Ref, error)
 	}
 	r.priority.Store(math.Float64bits(priority))
 	r.sampled.Store(0)
-	r.inserted.Store(s.now())
+	r.inserted.Store(s.clock.Now().UnixNano())
 	c := committingWord(p.word)
 	if !r.state.CompareAndSwap(p.word, c) {
 		return Ref{}, fmt.Errorf("store: commit row %d of %q: %w", p.idx, s.name, ErrNotPending)
 	}
 	seq := s.log.append(p.idx)
-	if testHookCommitting != nil {
-		testHookCommitting()
+	if s.committing != nil {
+		s.committing()
 	}
 	r.seq.Store(seq)
 	if !haveKey {

@@ -125,7 +125,7 @@ func runChild(role, name, arg string) int {
 		return 0
 	case "hang-committing":
 		// Write a whole row and die inside Commit, after the insertion sequence is taken.
-		store.SetCommittingHook(func() {
+		store.SetCommittingHook(s, func() {
 			fmt.Println("committing")
 			time.Sleep(time.Hour)
 		})

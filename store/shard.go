@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gear-rl/gear/internal/clock"
 )
 
 // Errors returned by the shard's methods (wrapped, so test with errors.Is).
@@ -70,7 +72,8 @@ type Shard struct {
 	slot       int
 	ident      uint64
 	remover    Remover
-	now        func() int64
+	clock      clock.Clock // stamps commits and paces eviction scans
+	committing func()      // test hook (export_test.go): runs inside Commit
 
 	closed   atomic.Bool
 	closeMu  sync.Mutex
@@ -98,7 +101,7 @@ type Option func(*options)
 type options struct {
 	spec      *Spec
 	remover   Remover
-	now       func() time.Time
+	clock     clock.Clock
 	progress  func(done, total int64)
 	frameSize int
 	level     int
@@ -116,8 +119,9 @@ func WithSpec(spec Spec) Option { return func(o *options) { s := spec.normalized
 // the same name. Built-in policies need no option.
 func WithRemover(r Remover) Option { return func(o *options) { o.remover = r } }
 
-// WithClock sets the clock that stamps commits (default time.Now).
-func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+// WithClock sets the clock that stamps commits and paces the eviction scans of
+// a waiting Allocate (default, or nil: the wall clock).
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
 
 // WithProgress makes Checkpoint and Restore report progress: bytes of shard data
 // done so far and in all. It is called from the calling goroutine.
@@ -235,12 +239,7 @@ func newShard(name string, l *layout, mem []byte, o options, rem Remover) *Shard
 	for _, c := range l.cols {
 		s.tables = append(s.tables, mem[c.tableOff:c.tableOff+c.tableLen:c.tableOff+c.tableLen])
 	}
-	if o.now != nil {
-		now := o.now
-		s.now = func() int64 { return now().UnixNano() }
-	} else {
-		s.now = func() int64 { return time.Now().UnixNano() }
-	}
+	s.clock = o.clock
 	s.ev.init(s.l.spec.Capacity)
 	return s
 }

@@ -265,7 +265,7 @@ func benchCollectDevice(ctx context.Context, e emitter, c gpuConfig, dev *cuda.D
 	}
 	r.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
 	idx := rows[:min(c.blocks, len(rows))]
-	if err := st.RegisterDevice(dev); err != nil {
+	if err := st.RegisterDevice(ctx, dev); err != nil {
 		return err
 	}
 	total := len(idx) * c.blockBytes

@@ -18,9 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gear-rl/gear/cmd/internal/progress"
 	"github.com/gear-rl/gear/rank"
 	"github.com/gear-rl/gear/store"
-	"github.com/gear-rl/gear/store/progress"
 )
 
 // The store benchmark measures, in one run:

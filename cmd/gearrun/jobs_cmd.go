@@ -334,7 +334,7 @@ func logsCommand(args []string, s stdio) int {
 
 // runLocal runs a spec on this machine with the launcher, or prints its plan.
 func runLocal(spec *jobs.Spec, path string, dryRun bool, s stdio) int {
-	plan, err := spec.Plan(path)
+	plan, err := spec.Plan(context.Background(), path)
 	if err != nil {
 		return fail(s, err)
 	}

@@ -12,8 +12,8 @@
 //	scripts/slurm-local.sh up --nodes 3 && eval "$(scripts/slurm-local.sh env)"
 //	GEAR_REQUIRE_SLURM=1 GEAR_REQUIRE_MULTINODE=1 go test -run 'Slurm|MultiNode' ./jobs
 //
-// Nothing outside tests imports this package; its command multinode is the
-// rank program of the multi-node tests.
+// Nothing outside tests imports this package. The rank program of the
+// multi-node tests is cmd/internal/multinode.
 package jobstest
 
 import (

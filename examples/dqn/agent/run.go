@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/examples/dqn/replay"
+	"github.com/gear-rl/gear/internal/clock"
 )
 
 // RunConfig describes a single-process training run.
@@ -28,8 +29,8 @@ type RunConfig struct {
 	Table replay.Table
 	// OnEpisode, when not nil, is called after every episode.
 	OnEpisode func(Progress)
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
+	// Clock is the clock (the wall clock when nil).
+	Clock clock.Clock
 	// NewLearner makes the learner (NewLearner, the CPU learner, when nil);
 	// package gpulearn's New is the GPU one. Run closes it.
 	NewLearner func(cfg Config, obsSize, numActions int, rng *rand.Rand) (Learner, error)
@@ -111,10 +112,7 @@ func Run(ctx context.Context, env Env, cfg RunConfig) (Result, error) {
 	if cfg.Window < 1 {
 		return Result{}, fmt.Errorf("agent: Window = %d, want >= 1", cfg.Window)
 	}
-	now := cfg.Now
-	if now == nil {
-		now = time.Now
-	}
+	now := cfg.Clock.Now
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 	split := func() *rand.Rand { return rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) }
 	newLearner := cfg.NewLearner

@@ -17,6 +17,7 @@ import (
 	"github.com/gear-rl/gear/collective"
 	"github.com/gear-rl/gear/examples/dqn/agent"
 	"github.com/gear-rl/gear/examples/dqn/cartpole"
+	"github.com/gear-rl/gear/internal/clock"
 	"github.com/gear-rl/gear/rank"
 	"github.com/gear-rl/gear/roles"
 )
@@ -52,8 +53,8 @@ type Hooks struct {
 	Logf func(format string, args ...any)
 	// Env makes an environment (cartpole.New when nil).
 	Env func() agent.Env
-	// Now is the clock (time.Now when nil).
-	Now func() time.Time
+	// Clock is the clock (the wall clock when nil).
+	Clock clock.Clock
 }
 
 // Start describes a run to its publishing trainer.
@@ -109,9 +110,6 @@ func (r Result) BenchFramesPerSecond() float64 {
 func Run(ctx context.Context, b collective.Bootstrap, role string, cfg Config, hooks Hooks) (Result, error) {
 	if hooks.Env == nil {
 		hooks.Env = func() agent.Env { return cartpole.New() }
-	}
-	if hooks.Now == nil {
-		hooks.Now = time.Now
 	}
 	if hooks.Logf == nil {
 		hooks.Logf = func(string, ...any) {}

@@ -171,7 +171,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 			return err
 		}
 	}
-	start := r.hooks.Now()
+	start := r.hooks.Clock.Now()
 	bd := &board{returns: make([]float64, cfg.Window), target: cfg.TargetReturn}
 	bd.p.Actors = len(r.plan.Actors)
 	var maxPrio atomic.Uint64 // float64 bits: the priority of new transitions
@@ -255,7 +255,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 					return err
 				}
 				info := st.Info()
-				p, solved := bd.episode(ep, max(int64(frames.Load()), info.Inserts*int64(nt)), r.hooks.Now().Sub(start))
+				p, solved := bd.episode(ep, max(int64(frames.Load()), info.Inserts*int64(nt)), r.hooks.Clock.Now().Sub(start))
 				if r.hooks.OnEpisode != nil {
 					r.hooks.OnEpisode(p)
 				}
@@ -283,7 +283,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 		err = gerr
 	}
 	res.Progress = bd.snapshot()
-	res.Progress.Elapsed = r.hooks.Now().Sub(start)
+	res.Progress.Elapsed = r.hooks.Clock.Now().Sub(start)
 	res.Solved, res.SolvedEpisodes = bd.solved, bd.solvedN
 	return err
 }
@@ -362,7 +362,7 @@ func (r *rankRun) train(ctx context.Context, t trainLoop) error {
 			case cfg.MaxFrames > 0 && int64(global) >= cfg.MaxFrames:
 				stop = true
 			case cfg.Bench > 0:
-				now := r.hooks.Now()
+				now := r.hooks.Clock.Now()
 				if !benchOn && now.Sub(t.start) >= cfg.BenchWarmup && int64(info.Size) >= t.minSize {
 					benchOn, benchStart, benchFrames = true, now, global
 				}
@@ -463,7 +463,7 @@ func (r *rankRun) train(ctx context.Context, t trainLoop) error {
 		p.TableSize = info.Size
 		p.Beta = beta
 		p.Epsilon = r.epsilon(global)
-		p.Elapsed = r.hooks.Now().Sub(t.start)
+		p.Elapsed = r.hooks.Clock.Now().Sub(t.start)
 		t.bd.mu.Unlock()
 	}
 }

@@ -1,5 +1,6 @@
 // Package progress shows the progress of long shard operations (checkpoints,
-// restores) as a bar on a terminal, and nothing anywhere else.
+// restores) as a bar on a terminal, and nothing anywhere else. It serves gear's
+// commands; the store package only reports progress (store.WithProgress).
 //
 // A command passes Bar's report function to store.WithProgress and calls finish
 // when the operation returns:

@@ -27,7 +27,9 @@
 //	                      checks that every row of every old rank is in
 //	                      exactly one shard
 //
-// It exits non-zero, with the reason on stderr, when a check fails.
+// It exits non-zero, with the reason on stderr, when a check fails. It sits
+// under cmd, beside gear's commands, and not in the jobs tree: jobs imports
+// neither sample nor store, and no library imports a test program.
 package main
 
 import (
