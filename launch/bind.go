@@ -73,7 +73,6 @@ type GPUGroup struct {
 	Req gmi.PlanRequest
 }
 
-
 // BindGPUs places groups on the GPUs of topo with gmi.NewPlan, one plan per
 // group, in order. visible is the launcher's CUDA_VISIBLE_DEVICES (""
 // for none): when set, only the GPUs it names are used (Topology.VisibleGPUs).
