@@ -20,20 +20,28 @@ func tableDoc(table, dtype, limiter string) string {
 		"[table.rate_limiter]\n" + limiter
 }
 
-// vocabCase parses doc as Validate would, builds its table as a program
-// would, and reports both outcomes. A table that fails only Validate is
-// built from the spec before validation.
-func vocabCase(t *testing.T, doc string) (spec *Spec, validErr, buildErr error, built store.Spec, cfg sample.Config) {
+// vocabResult is what validate and a program make of one document.
+type vocabResult struct {
+	validErr, buildErr error
+	built              store.Spec
+	cfg                sample.Config
+}
+
+// vocabCase parses doc as Validate would and builds its table as a program
+// would. A table that fails Validate is built from the spec before
+// validation.
+func vocabCase(t *testing.T, doc string) vocabResult {
 	t.Helper()
+	var r vocabResult
 	spec, err := Parse([]byte(doc), "")
 	if err != nil {
-		validErr = err
+		r.validErr = err
 		if spec, err = parseNoValidate(doc); err != nil {
 			t.Fatalf("the document does not decode: %v\n%s", err, doc)
 		}
 	}
-	built, cfg, buildErr = spec.Table.Build(spec.WorldSize())
-	return spec, validErr, buildErr, built, cfg
+	r.built, r.cfg, r.buildErr = spec.Table.Build(spec.WorldSize())
+	return r
 }
 
 // parseNoValidate decodes doc and fills its defaults as Parse does, without
@@ -67,7 +75,8 @@ func TestTableVocabularyDTypes(t *testing.T) {
 		[]string{"", "complex64", "Float32", "int", "float", "string", "uint8 "})
 	accepted := 0
 	for _, name := range candidates {
-		_, validErr, buildErr, built, _ := vocabCase(t, tableDoc("", name, ""))
+		r := vocabCase(t, tableDoc("", name, ""))
+		validErr, buildErr, built := r.validErr, r.buildErr, r.built
 		d, storeErr := store.ParseDType(name)
 		if (validErr == nil) != (storeErr == nil) || (buildErr == nil) != (storeErr == nil) {
 			t.Errorf("dtype %q: validate %v, build %v, store.ParseDType %v: they disagree", name, validErr, buildErr, storeErr)
@@ -99,7 +108,8 @@ func TestTableVocabularySelectors(t *testing.T) {
 	for _, role := range []string{"sampler", "remover"} {
 		accepted := 0
 		for _, name := range candidates {
-			_, validErr, buildErr, _, cfg := vocabCase(t, tableDoc(role+" = "+fmt.Sprintf("%q", name)+"\n", "int32", ""))
+			r := vocabCase(t, tableDoc(role+" = "+fmt.Sprintf("%q", name)+"\n", "int32", ""))
+			validErr, buildErr, cfg := r.validErr, r.buildErr, r.cfg
 			k, sampleErr := sample.ParseKind(name)
 			if (validErr == nil) != (sampleErr == nil) || (buildErr == nil) != (sampleErr == nil) {
 				t.Errorf("%s %q: validate %v, build %v, sample.ParseKind %v: they disagree", role, name, validErr, buildErr, sampleErr)
@@ -145,7 +155,8 @@ func TestTableVocabularyLimiters(t *testing.T) {
 	accepted := 0
 	for _, kind := range candidates {
 		extra, p := params(kind)
-		_, validErr, buildErr, _, cfg := vocabCase(t, tableDoc("", "int32", "kind = "+fmt.Sprintf("%q", kind)+"\n"+extra))
+		r := vocabCase(t, tableDoc("", "int32", "kind = "+fmt.Sprintf("%q", kind)+"\n"+extra))
+		validErr, buildErr, cfg := r.validErr, r.buildErr, r.cfg
 		want, sampleErr := sample.NewRateLimit(kind, p)
 		if (validErr == nil) != (sampleErr == nil) || (buildErr == nil) != (sampleErr == nil) {
 			t.Errorf("rate limiter %q: validate %v, build %v, sample.NewRateLimit %v: they disagree", kind, validErr, buildErr, sampleErr)
@@ -186,8 +197,8 @@ func TestTableRefusedAsBuilt(t *testing.T) {
 		{"capacity", strings.Replace(tableDoc("", "int32", ""), "capacity = 10", fmt.Sprintf("capacity = %d", store.MaxCapacity), 1), "table.capacity", "at most"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, validErr, buildErr, _, _ := vocabCase(t, tc.doc)
-			for what, err := range map[string]error{"validate": validErr, "build": buildErr} {
+			r := vocabCase(t, tc.doc)
+			for what, err := range map[string]error{"validate": r.validErr, "build": r.buildErr} {
 				if err == nil || !hasField(err, tc.field) || !strings.Contains(err.Error(), tc.problem) {
 					t.Errorf("%s: %v, want %s: ...%s", what, err, tc.field, tc.problem)
 				}
@@ -201,8 +212,8 @@ func TestTableRefusedAsBuilt(t *testing.T) {
 		tableDoc("sampler = \"uniform\"\nremover = \"prioritized\"\npriority_exponent = 0.5\n", "bool", ""),
 		tableDoc("", "int8", "kind = \"queue\"\n"),
 	} {
-		if _, validErr, buildErr, _, _ := vocabCase(t, doc); validErr != nil || buildErr != nil {
-			t.Errorf("validate %v, build %v:\n%s", validErr, buildErr, doc)
+		if r := vocabCase(t, doc); r.validErr != nil || r.buildErr != nil {
+			t.Errorf("validate %v, build %v:\n%s", r.validErr, r.buildErr, doc)
 		}
 	}
 }
