@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/sample/reverb"
 )
 
 // Spec is a job spec: what to run, how many ranks of each role, and where. It is
@@ -140,9 +140,9 @@ type Slurm struct {
 // per rank holds Capacity trajectories.
 //
 // The names it takes are those of the packages that implement them: dtypes are
-// store's (store.DTypeNames), selectors and rate limiters sample's
-// (sample.SelectorNames, sample.LimiterNames). Validate accepts exactly the
-// tables that Build builds.
+// store's (store.DTypeNames), selectors and rate limiters sample's, spelled in
+// its GPU-free package reverb (reverb.SelectorNames, reverb.LimiterNames).
+// Validate accepts exactly the tables that Build builds.
 type Table struct {
 	// Name names the table (default "replay").
 	Name string `toml:"name"`
@@ -152,7 +152,7 @@ type Table struct {
 	Capacity int `toml:"capacity"`
 	// TrajectoryLength is the number of steps per trajectory.
 	TrajectoryLength int `toml:"trajectory_length"`
-	// Sampler selects items to sample: one of sample.SelectorNames,
+	// Sampler selects items to sample: one of reverb.SelectorNames,
 	// "uniform", "prioritized", "fifo", "lifo", "maxheap" or "minheap"
 	// ("max_heap" and "min_heap" too) (default "uniform"; "fifo" for a
 	// queue, "lifo" for a stack).
@@ -185,8 +185,8 @@ type Column struct {
 	Shape []int `toml:"shape,omitempty"`
 }
 
-// RateLimiter is [table.rate_limiter], with Reverb's kinds (sample.LimiterNames;
-// sample.NewRateLimit builds them).
+// RateLimiter is [table.rate_limiter], with Reverb's kinds (reverb.LimiterNames;
+// reverb.NewLimit checks them, sample.NewRateLimit builds them).
 type RateLimiter struct {
 	// Kind is "min_size", "sample_to_insert_ratio", "queue" or "stack"
 	// (default "min_size").
@@ -202,12 +202,12 @@ type RateLimiter struct {
 	ErrorBuffer float64 `toml:"error_buffer,omitempty"`
 }
 
-// Rate limiter kinds: sample's names.
+// Rate limiter kinds: sample's names (package reverb's).
 const (
-	LimiterMinSize             = sample.LimiterMinSize
-	LimiterSampleToInsertRatio = sample.LimiterSampleToInsertRatio
-	LimiterQueue               = sample.LimiterQueue
-	LimiterStack               = sample.LimiterStack
+	LimiterMinSize             = reverb.LimiterMinSize
+	LimiterSampleToInsertRatio = reverb.LimiterSampleToInsertRatio
+	LimiterQueue               = reverb.LimiterQueue
+	LimiterStack               = reverb.LimiterStack
 )
 
 // Defaults that SetDefaults fills in.
@@ -263,15 +263,15 @@ func (s *Spec) setDefaults(given func(key string) bool) {
 		}
 		switch rl.Kind {
 		case LimiterQueue, LimiterStack:
-			want := presetSelector(rl.Kind).String()
+			want := presetSelector(rl.Kind)
 			defaultString(&t.Sampler, want)
 			defaultString(&t.Remover, want)
 			if unset("table.max_times_sampled", t.MaxTimesSampled == 0) {
 				t.MaxTimesSampled = 1
 			}
 		default:
-			defaultString(&t.Sampler, sample.KindUniform.String())
-			defaultString(&t.Remover, sample.KindFIFO.String())
+			defaultString(&t.Sampler, reverb.Uniform)
+			defaultString(&t.Remover, reverb.FIFO)
 		}
 		if t.prioritized() && unset("table.priority_exponent", t.PriorityExponent == 0) {
 			t.PriorityExponent = 1

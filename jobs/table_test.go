@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/sample/reverb"
 	"github.com/gear-rl/gear/store"
 )
 
@@ -40,7 +41,14 @@ func vocabCase(t *testing.T, doc string) vocabResult {
 			t.Fatalf("the document does not decode: %v\n%s", err, doc)
 		}
 	}
-	r.built, r.cfg, r.buildErr = spec.Table.Build(spec.WorldSize())
+	var rt reverb.Table
+	r.built, rt, r.buildErr = spec.Table.Build(spec.WorldSize())
+	if r.buildErr == nil {
+		// A table Build describes is one sample builds.
+		if r.cfg, err = sample.NewConfig(rt); err != nil {
+			t.Fatalf("sample.NewConfig of a built table: %v\n%s", err, doc)
+		}
+	}
 	return r
 }
 
@@ -226,7 +234,11 @@ func TestTableBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, cfg, err := s.Table.Build(2)
+	spec, rt, err := s.Table.Build(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := sample.NewConfig(rt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,10 +267,10 @@ func TestTableBuild(t *testing.T) {
 		t.Fatalf("sample.NewTable of the built config: %v", err)
 	}
 	tb.Close()
-	// Each Build gives fresh selectors.
-	_, again, err := s.Table.Build(2)
+	// Each NewConfig gives fresh selectors.
+	again, err := sample.NewConfig(rt)
 	if err != nil || again.Sampler == cfg.Sampler || again.Remover == cfg.Remover {
-		t.Errorf("a second Build shares selectors with the first (%v)", err)
+		t.Errorf("a second NewConfig shares selectors with the first (%v)", err)
 	}
 	if _, _, err := s.Table.Build(0); err == nil {
 		t.Error("Build over 0 shards succeeded")
@@ -272,8 +284,8 @@ func TestTableBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, qc, err := q.Table.Build(3); err != nil || qc.RateLimit != sample.Queue(30) {
-		t.Errorf("queue over 3 shards: %+v, %v; want %+v", qc.RateLimit, err, sample.Queue(30))
+	if _, qt, err := q.Table.Build(3); err != nil || sample.RateLimit(qt.Limit) != sample.Queue(30) {
+		t.Errorf("queue over 3 shards: %+v, %v; want %+v", qt.Limit, err, sample.Queue(30))
 	}
 }
 

@@ -6,17 +6,17 @@ import (
 	"math"
 	"slices"
 
-	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/sample/reverb"
 	"github.com/gear-rl/gear/store"
 )
 
 // table checks t and builds what it describes, in store's and sample's terms,
-// through their own parsers and constructors: Validate and Build both call it,
+// through their own parsers and rules (sample's in package reverb): Validate and Build both call it,
 // so that a spec that validates builds. shards is the number of shards the
 // table spans; below 1 it is unknown (a world size already refused) and the
 // checks against it are skipped. The results are zero when a problem was
 // added.
-func (v *validator) table(t *Table, shards int) (store.Spec, sample.Config) {
+func (v *validator) table(t *Table, shards int) (store.Spec, reverb.Table) {
 	errs := len(v.errs)
 	if t.Name == "" || !columnRE().MatchString(t.Name) {
 		v.add("table.name", "%q: use letters, digits, '_' and '.', starting with a letter or '_'", t.Name)
@@ -76,31 +76,28 @@ func (v *validator) table(t *Table, shards int) (store.Spec, sample.Config) {
 
 	// The selectors. priority_exponent is the prioritized ones'; with none, the
 	// sampler is given it, and refuses it.
-	sk, serr := sample.ParseKind(t.Sampler)
+	sampler, serr := reverb.ParseSelector(t.Sampler)
 	v.params(serr, "table.sampler", nil)
-	rk, rerr := sample.ParseKind(t.Remover)
+	remover, rerr := reverb.ParseSelector(t.Remover)
 	v.params(rerr, "table.remover", nil)
 	sexp, rexp := 0.0, 0.0
 	switch {
-	case sk == sample.KindPrioritized || rk == sample.KindPrioritized:
-		if sk == sample.KindPrioritized {
+	case sampler == reverb.Prioritized || remover == reverb.Prioritized:
+		if sampler == reverb.Prioritized {
 			sexp = t.PriorityExponent
 		}
-		if rk == sample.KindPrioritized {
+		if remover == reverb.Prioritized {
 			rexp = t.PriorityExponent
 		}
 	default:
 		sexp = t.PriorityExponent
 	}
 	exponent := map[string]string{"priority_exponent": "table.priority_exponent"}
-	var sampler, remover sample.Selector
 	if serr == nil {
-		sampler, serr = sample.NewSelector(sk, sexp)
-		v.params(serr, "table.sampler", exponent)
+		v.params(reverb.CheckExponent(sampler, sexp), "table.sampler", exponent)
 	}
 	if rerr == nil {
-		remover, rerr = sample.NewSelector(rk, rexp)
-		v.params(rerr, "table.remover", exponent)
+		v.params(reverb.CheckExponent(remover, rexp), "table.remover", exponent)
 	}
 	if t.MaxTimesSampled < 0 {
 		v.add("table.max_times_sampled", "must not be negative (0 means no limit), got %d", t.MaxTimesSampled)
@@ -111,7 +108,7 @@ func (v *validator) table(t *Table, shards int) (store.Spec, sample.Config) {
 	if rl.MinSizeToSample >= 1 && t.Capacity >= 1 && shards >= 1 && int64(rl.MinSizeToSample) > mulSat(t.Capacity, shards) {
 		v.add("table.rate_limiter.min_size_to_sample", "%d exceeds the table's capacity (%d shards × %d)", rl.MinSizeToSample, shards, t.Capacity)
 	}
-	limit, err := sample.NewRateLimit(rl.Kind, sample.LimiterParams{
+	limit, err := reverb.NewLimit(rl.Kind, reverb.LimiterParams{
 		MinSizeToSample:  int64(rl.MinSizeToSample),
 		SamplesPerInsert: rl.SamplesPerInsert,
 		ErrorBuffer:      rl.ErrorBuffer,
@@ -125,11 +122,11 @@ func (v *validator) table(t *Table, shards int) (store.Spec, sample.Config) {
 	})
 	if rl.Kind == LimiterQueue || rl.Kind == LimiterStack {
 		want := presetSelector(rl.Kind)
-		if serr == nil && sk != want {
-			v.add("table.sampler", "is %q but a %s takes %q", t.Sampler, rl.Kind, want.String())
+		if serr == nil && sampler != want {
+			v.add("table.sampler", "is %q but a %s takes %q", t.Sampler, rl.Kind, want)
 		}
-		if rerr == nil && rk != want {
-			v.add("table.remover", "is %q but a %s takes %q", t.Remover, rl.Kind, want.String())
+		if rerr == nil && remover != want {
+			v.add("table.remover", "is %q but a %s takes %q", t.Remover, rl.Kind, want)
 		}
 		if t.MaxTimesSampled != 1 {
 			v.add("table.max_times_sampled", "is %d but a %s takes 1", t.MaxTimesSampled, rl.Kind)
@@ -137,20 +134,22 @@ func (v *validator) table(t *Table, shards int) (store.Spec, sample.Config) {
 	}
 
 	if len(v.errs) > errs {
-		return store.Spec{}, sample.Config{}
+		return store.Spec{}, reverb.Table{}
 	}
-	return spec, sample.Config{
+	return spec, reverb.Table{
 		Name:            t.Name,
 		MaxSize:         t.Capacity,
 		Sampler:         sampler,
 		Remover:         remover,
+		SamplerExponent: sexp,
+		RemoverExponent: rexp,
 		MaxTimesSampled: int64(t.MaxTimesSampled),
-		RateLimit:       limit,
+		Limit:           limit,
 	}
 }
 
-// params adds err, an error of sample's constructors, as FieldErrors: a
-// *sample.ParamError of a parameter at fields[Param], one of the name itself
+// params adds err, an error of reverb's checks, as FieldErrors: a
+// *reverb.ParamError of a parameter at fields[Param], one of the name itself
 // (or anything else) at field. A problem already added is not added again.
 func (v *validator) params(err error, field string, fields map[string]string) {
 	if err == nil {
@@ -163,7 +162,7 @@ func (v *validator) params(err error, field string, fields map[string]string) {
 		return
 	}
 	fe := &FieldError{Field: field, Problem: err.Error()}
-	var pe *sample.ParamError
+	var pe *reverb.ParamError
 	if errors.As(err, &pe) {
 		fe.Problem = pe.Problem
 		if f, ok := fields[pe.Param]; ok {
@@ -181,17 +180,17 @@ func (v *validator) params(err error, field string, fields map[string]string) {
 }
 
 // presetSelector is the selector of Reverb's queue (FIFO) or stack (LIFO).
-func presetSelector(kind string) sample.Kind {
+func presetSelector(kind string) string {
 	if kind == LimiterStack {
-		return sample.KindLIFO
+		return reverb.LIFO
 	}
-	return sample.KindFIFO
+	return reverb.FIFO
 }
 
 // prioritized reports whether the sampler or the remover is prioritized.
 func (t *Table) prioritized() bool {
 	for _, name := range []string{t.Sampler, t.Remover} {
-		if k, err := sample.ParseKind(name); err == nil && k == sample.KindPrioritized {
+		if own, err := reverb.ParseSelector(name); err == nil && own == reverb.Prioritized {
 			return true
 		}
 	}

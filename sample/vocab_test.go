@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/sample/reverb"
 )
 
 // paramErrors returns the *ParamErrors of err (joined or not), failing when
@@ -166,5 +167,42 @@ func TestLimiterRefusals(t *testing.T) {
 		if len(pes) == 0 || strings.Join(params, ",") != strings.Join(tc.params, ",") || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("NewRateLimit(%q, %+v): %v (params %q), want params %q and %q", tc.kind, tc.p, err, params, tc.params, tc.want)
 		}
+	}
+}
+
+// reverb's sample_to_insert_ratio rule is SampleToInsertRatio's: over a grid,
+// the one accepts what the other does and sets the same numbers.
+func TestRateLimitRatioAgreesWithPreset(t *testing.T) {
+	for _, spi := range []float64{0.25, 0.5, 1, 2, 4, 32} {
+		for _, minSize := range []int64{1, 3, 1000} {
+			for _, eb := range []float64{0, 0.5, 1, 1.5, 2, 4, 31.9, 32, 100} {
+				want, werr := sample.SampleToInsertRatio(spi, minSize, eb)
+				got, gerr := sample.NewRateLimit(sample.LimiterSampleToInsertRatio, sample.LimiterParams{
+					MinSizeToSample: minSize, SamplesPerInsert: spi, ErrorBuffer: eb})
+				if (werr == nil) != (gerr == nil) || got != want {
+					t.Errorf("spi %g, min size %d, error buffer %g: NewRateLimit %+v, %v; SampleToInsertRatio %+v, %v",
+						spi, minSize, eb, got, gerr, want, werr)
+				}
+			}
+		}
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	cfg, err := sample.NewConfig(reverb.Table{Name: "t", MaxSize: 8, Sampler: reverb.Prioritized, SamplerExponent: 0.5,
+		Remover: reverb.MinHeap, MaxTimesSampled: 2, Limit: reverb.Limit{SamplesPerInsert: 1, MinSize: 1, MinDiff: 0, MaxDiff: 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sampler.(*sample.Prioritized).Exponent() != 0.5 || cfg.Remover.Kind() != sample.KindMinHeap || cfg.RateLimit != sample.Queue(8) {
+		t.Fatalf("config %+v", cfg)
+	}
+	tb, err := sample.NewTable(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.Close()
+	if _, err := sample.NewConfig(reverb.Table{Sampler: reverb.Uniform, SamplerExponent: 1, Remover: reverb.FIFO}); err == nil {
+		t.Error("NewConfig gave a uniform sampler an exponent")
 	}
 }

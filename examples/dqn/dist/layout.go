@@ -8,7 +8,7 @@ import (
 
 	"github.com/gear-rl/gear/examples/dqn/replay"
 	"github.com/gear-rl/gear/jobs"
-	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/sample/reverb"
 	"github.com/gear-rl/gear/store"
 )
 
@@ -229,8 +229,8 @@ func ApplyTable(c *Config, t *jobs.Table, shards, obsSize int) error {
 	}
 	c.Table = tc.Name
 	c.Agent.ReplayCapacity = tc.MaxSize
-	c.Sampler, c.Remover = tc.Sampler.Kind().String(), tc.Remover.Kind().String()
-	if tc.Sampler.Kind() == sample.KindPrioritized || tc.Remover.Kind() == sample.KindPrioritized {
+	c.Sampler, c.Remover = tc.Sampler, tc.Remover
+	if tc.Sampler == reverb.Prioritized || tc.Remover == reverb.Prioritized {
 		c.Agent.PriorityExponent = t.PriorityExponent
 	}
 	rl := t.RateLimiter
