@@ -4,6 +4,8 @@ import (
 	"maps"
 	"math"
 	"time"
+
+	"github.com/gear-rl/gear/sample/reverb"
 )
 
 // Spec is a job spec: what to run, how many ranks of each role, and where. It is
@@ -134,8 +136,13 @@ type Slurm struct {
 }
 
 // Table is the [table] section: the replay table that the job's programs build
-// from the spec they were launched with (see FromEnv). One shard per rank holds
-// Capacity trajectories.
+// from the spec they were launched with (see FromEnv), through Build. One shard
+// per rank holds Capacity trajectories.
+//
+// The names it takes are those of the packages that implement them: dtypes are
+// store's (store.DTypeNames), selectors and rate limiters sample's, spelled in
+// its GPU-free package reverb (reverb.SelectorNames, reverb.LimiterNames).
+// Validate accepts exactly the tables that Build builds.
 type Table struct {
 	// Name names the table (default "replay").
 	Name string `toml:"name"`
@@ -145,11 +152,13 @@ type Table struct {
 	Capacity int `toml:"capacity"`
 	// TrajectoryLength is the number of steps per trajectory.
 	TrajectoryLength int `toml:"trajectory_length"`
-	// Sampler selects items to sample: "uniform", "prioritized", "fifo",
-	// "lifo", "max_heap" or "min_heap" (default "uniform"; "fifo" for a queue,
-	// "lifo" for a stack).
+	// Sampler selects items to sample: one of reverb.SelectorNames,
+	// "uniform", "prioritized", "fifo", "lifo", "maxheap" or "minheap"
+	// ("max_heap" and "min_heap" too) (default "uniform"; "fifo" for a
+	// queue, "lifo" for a stack).
 	Sampler string `toml:"sampler"`
-	// PriorityExponent is the prioritized sampler's exponent (default 1).
+	// PriorityExponent is the exponent of the prioritized sampler or remover
+	// (default 1 when either is "prioritized"; only for them).
 	PriorityExponent float64 `toml:"priority_exponent,omitempty"`
 	// Remover selects the victim when a shard is full; the same kinds as
 	// Sampler (default "fifo"; "lifo" for a stack).
@@ -168,19 +177,16 @@ type Table struct {
 // Column is one field of a trajectory step.
 type Column struct {
 	Name string `toml:"name"`
-	// DType is one of DTypes.
+	// DType is one of store.DTypeNames: "float32", "float64", "float16",
+	// "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16",
+	// "uint32", "uint64" or "bool".
 	DType string `toml:"dtype"`
 	// Shape is the shape of one step's value; empty for a scalar.
 	Shape []int `toml:"shape,omitempty"`
 }
 
-// DTypes lists the column element types a spec may name.
-var DTypes = []string{"float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "bytes"}
-
-// Selectors lists the sampler and remover kinds a spec may name.
-var Selectors = []string{"uniform", "prioritized", "fifo", "lifo", "max_heap", "min_heap"}
-
-// RateLimiter is [table.rate_limiter], with Reverb's kinds.
+// RateLimiter is [table.rate_limiter], with Reverb's kinds (reverb.LimiterNames;
+// reverb.NewLimit checks them, sample.NewRateLimit builds them).
 type RateLimiter struct {
 	// Kind is "min_size", "sample_to_insert_ratio", "queue" or "stack"
 	// (default "min_size").
@@ -196,12 +202,12 @@ type RateLimiter struct {
 	ErrorBuffer float64 `toml:"error_buffer,omitempty"`
 }
 
-// Rate limiter kinds.
+// Rate limiter kinds: sample's names (package reverb's).
 const (
-	LimiterMinSize             = "min_size"
-	LimiterSampleToInsertRatio = "sample_to_insert_ratio"
-	LimiterQueue               = "queue"
-	LimiterStack               = "stack"
+	LimiterMinSize             = reverb.LimiterMinSize
+	LimiterSampleToInsertRatio = reverb.LimiterSampleToInsertRatio
+	LimiterQueue               = reverb.LimiterQueue
+	LimiterStack               = reverb.LimiterStack
 )
 
 // Defaults that SetDefaults fills in.
@@ -256,23 +262,18 @@ func (s *Spec) setDefaults(given func(key string) bool) {
 			rl.MinSizeToSample = 1
 		}
 		switch rl.Kind {
-		case LimiterQueue:
-			defaultString(&t.Sampler, "fifo")
-			defaultString(&t.Remover, "fifo")
-			if unset("table.max_times_sampled", t.MaxTimesSampled == 0) {
-				t.MaxTimesSampled = 1
-			}
-		case LimiterStack:
-			defaultString(&t.Sampler, "lifo")
-			defaultString(&t.Remover, "lifo")
+		case LimiterQueue, LimiterStack:
+			want := presetSelector(rl.Kind)
+			defaultString(&t.Sampler, want)
+			defaultString(&t.Remover, want)
 			if unset("table.max_times_sampled", t.MaxTimesSampled == 0) {
 				t.MaxTimesSampled = 1
 			}
 		default:
-			defaultString(&t.Sampler, "uniform")
-			defaultString(&t.Remover, "fifo")
+			defaultString(&t.Sampler, reverb.Uniform)
+			defaultString(&t.Remover, reverb.FIFO)
 		}
-		if t.Sampler == "prioritized" && unset("table.priority_exponent", t.PriorityExponent == 0) {
+		if t.prioritized() && unset("table.priority_exponent", t.PriorityExponent == 0) {
 			t.PriorityExponent = 1
 		}
 	}

@@ -15,7 +15,7 @@ type BFloat16Bits uint16
 
 // Element is a Go type that stands for a column element type.
 type Element interface {
-	float32 | float64 | Float16Bits | BFloat16Bits | int32 | int64 | uint8 | bool
+	float32 | float64 | Float16Bits | BFloat16Bits | int8 | int16 | int32 | int64 | uint8 | uint16 | uint32 | uint64 | bool
 }
 
 // DTypeOf returns the column element type that T stands for.
@@ -38,6 +38,16 @@ func DTypeOf[T Element]() DType {
 		return Uint8
 	case bool:
 		return Bool
+	case int8:
+		return Int8
+	case int16:
+		return Int16
+	case uint16:
+		return Uint16
+	case uint32:
+		return Uint32
+	case uint64:
+		return Uint64
 	}
 	panic("unreachable")
 }

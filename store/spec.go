@@ -11,7 +11,10 @@ import (
 // DType is a column's element type.
 type DType uint8
 
-// The element types a column may hold.
+// The element types a column may hold. A column is raw memory of fixed-size
+// elements in the host's byte order; the type says how to read an element and
+// its size. The values are stored in segments and checkpoints: new types are
+// added at the end, and none is renumbered.
 const (
 	Float32 DType = iota + 1
 	Float64
@@ -21,8 +24,17 @@ const (
 	Int64
 	Uint8
 	Bool
+	Int8
+	Int16
+	Uint16
+	Uint32
+	Uint64
+
+	lastDType = Uint64
 )
 
+// dtypeNames spells every element type: the one list that ParseDType,
+// DTypeNames and String read.
 var dtypeNames = [...]string{
 	Float32:  "float32",
 	Float64:  "float64",
@@ -32,6 +44,11 @@ var dtypeNames = [...]string{
 	Int64:    "int64",
 	Uint8:    "uint8",
 	Bool:     "bool",
+	Int8:     "int8",
+	Int16:    "int16",
+	Uint16:   "uint16",
+	Uint32:   "uint32",
+	Uint64:   "uint64",
 }
 
 var dtypeSizes = [...]int{
@@ -43,10 +60,25 @@ var dtypeSizes = [...]int{
 	Int64:    8,
 	Uint8:    1,
 	Bool:     1,
+	Int8:     1,
+	Int16:    2,
+	Uint16:   2,
+	Uint32:   4,
+	Uint64:   8,
 }
 
 // Valid reports whether d is one of the defined element types.
-func (d DType) Valid() bool { return d >= Float32 && d <= Bool }
+func (d DType) Valid() bool { return d >= Float32 && d <= lastDType }
+
+// DTypeNames returns the name of every element type, in the order of their
+// values: exactly the names ParseDType accepts. The slice is the caller's.
+func DTypeNames() []string {
+	names := make([]string, 0, int(lastDType))
+	for d := Float32; d <= lastDType; d++ {
+		names = append(names, dtypeNames[d])
+	}
+	return names
+}
 
 // Size is the size of one element in bytes (0 for an invalid type).
 func (d DType) Size() int {
@@ -64,14 +96,15 @@ func (d DType) String() string {
 	return dtypeNames[d]
 }
 
-// ParseDType reads a type name such as "float32" or "bfloat16".
+// ParseDType reads a type name such as "float32" or "bfloat16": one of
+// DTypeNames.
 func ParseDType(s string) (DType, error) {
-	for d := Float32; d <= Bool; d++ {
+	for d := Float32; d <= lastDType; d++ {
 		if dtypeNames[d] == s {
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("store: unknown element type %q (want float32, float64, float16, bfloat16, int32, int64, uint8 or bool)", s)
+	return 0, fmt.Errorf("store: unknown element type %q: want one of %s", s, strings.Join(DTypeNames(), ", "))
 }
 
 // MarshalText writes the type's name, so that specs read and write it in TOML and JSON.
@@ -220,32 +253,13 @@ func (s Spec) Validate() error {
 		if c.Name == "" {
 			return fmt.Errorf("store: column %d has no name", i)
 		}
-		if len(c.Name) > MaxNameLen {
-			return fmt.Errorf("store: column %.20q...: name longer than %d bytes", c.Name, MaxNameLen)
-		}
 		if seen[c.Name] {
 			return fmt.Errorf("store: column %q appears twice", c.Name)
 		}
 		seen[c.Name] = true
-		if !c.DType.Valid() {
-			return fmt.Errorf("store: column %q: invalid element type %d", c.Name, uint8(c.DType))
-		}
-		if len(c.Shape) > MaxDims {
-			return fmt.Errorf("store: column %q: shape %s has %d dimensions, at most %d", c.Name, FormatShape(c.Shape), len(c.Shape), MaxDims)
-		}
-		if c.Length < 1 {
-			return fmt.Errorf("store: column %q: length %d: want at least 1 frame", c.Name, c.Length)
-		}
-		n := uint64(c.DType.Size())
-		for _, d := range c.Shape {
-			if d < 1 {
-				return fmt.Errorf("store: column %q: shape %s: dimensions must be positive", c.Name, FormatShape(c.Shape))
-			}
-			n = mulSat(n, uint64(d))
-		}
-		n = mulSat(n, uint64(c.Length))
-		if n > MaxBlockBytes {
-			return fmt.Errorf("store: column %q: a block of %s overflows (%s bytes, at most %d)", c.Name, c.Describe(), satString(n), uint64(MaxBlockBytes))
+		n, err := c.blockBytes()
+		if err != nil {
+			return err
 		}
 		stride := roundUp64(n, uint64(align))
 		table := mulSat(stride, uint64(s.Capacity))
@@ -258,6 +272,46 @@ func (s Spec) Validate() error {
 		}
 	}
 	return nil
+}
+
+// Validate checks one column on its own, as Spec.Validate does for each: a name
+// of at most MaxNameLen bytes, a valid element type, at most MaxDims positive
+// dimensions, a length of at least 1 and a block of at most MaxBlockBytes.
+// Errors name the column.
+func (c Column) Validate() error {
+	if c.Name == "" {
+		return fmt.Errorf("store: column has no name")
+	}
+	_, err := c.blockBytes()
+	return err
+}
+
+// blockBytes checks c (all but an empty name) and returns its block's size.
+func (c Column) blockBytes() (uint64, error) {
+	if len(c.Name) > MaxNameLen {
+		return 0, fmt.Errorf("store: column %.20q...: name longer than %d bytes", c.Name, MaxNameLen)
+	}
+	if !c.DType.Valid() {
+		return 0, fmt.Errorf("store: column %q: invalid element type %d", c.Name, uint8(c.DType))
+	}
+	if len(c.Shape) > MaxDims {
+		return 0, fmt.Errorf("store: column %q: shape %s has %d dimensions, at most %d", c.Name, FormatShape(c.Shape), len(c.Shape), MaxDims)
+	}
+	if c.Length < 1 {
+		return 0, fmt.Errorf("store: column %q: length %d: want at least 1 frame", c.Name, c.Length)
+	}
+	n := uint64(c.DType.Size())
+	for _, d := range c.Shape {
+		if d < 1 {
+			return 0, fmt.Errorf("store: column %q: shape %s: dimensions must be positive", c.Name, FormatShape(c.Shape))
+		}
+		n = mulSat(n, uint64(d))
+	}
+	n = mulSat(n, uint64(c.Length))
+	if n > MaxBlockBytes {
+		return 0, fmt.Errorf("store: column %q: a block of %s overflows (%s bytes, at most %d)", c.Name, c.Describe(), satString(n), uint64(MaxBlockBytes))
+	}
+	return n, nil
 }
 
 // mulSat multiplies, saturating at MaxUint64.

@@ -174,7 +174,7 @@ func TestJobSpec(t *testing.T) {
 		t.Fatal("no [table]")
 	}
 	cfg := dist.DefaultConfig()
-	if err := dist.ApplyTable(&cfg, spec.Table, cartpole.ObsSize); err != nil {
+	if err := dist.ApplyTable(&cfg, spec.Table, spec.WorldSize(), cartpole.ObsSize); err != nil {
 		t.Fatal(err)
 	}
 	def := dist.DefaultConfig()

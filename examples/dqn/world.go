@@ -36,7 +36,7 @@ func runWorld(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 	}
 	role := rankRole(o.role, w)
 	if spec, err := jobs.FromEnv(); err == nil && spec.Table != nil {
-		if err := dist.ApplyTable(&o.dist, spec.Table, cartpole.ObsSize); err != nil {
+		if err := dist.ApplyTable(&o.dist, spec.Table, spec.WorldSize(), cartpole.ObsSize); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 2
 		}

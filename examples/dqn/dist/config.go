@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/sample"
 )
 
 // Ways for actors to hand transitions to their trainer (Config.Samples).
@@ -45,6 +46,11 @@ type Config struct {
 
 	// Table is the replay table's name.
 	Table string `json:"table"`
+	// Sampler and Remover are the table's selectors, by sample's names
+	// (sample.SelectorNames): "prioritized" (with Agent.PriorityExponent)
+	// and "fifo" by default. A job spec's [table] sets them.
+	Sampler string `json:"sampler"`
+	Remover string `json:"remover"`
 	// SamplesPerInsert is the rate limiter's target ratio (0: the recipe's,
 	// BatchSize·GradSteps/TrainEvery). Inserts count environment frames.
 	SamplesPerInsert float64 `json:"samples_per_insert"`
@@ -103,6 +109,8 @@ func DefaultConfig() Config {
 		ParamEvery:   8,
 		PublishEvery: 1,
 		Table:        "replay",
+		Sampler:      sample.KindPrioritized.String(),
+		Remover:      sample.KindFIFO.String(),
 		Backlog:      64,
 		Samples:      SamplesAuto,
 		Chunk:        8,
@@ -186,5 +194,36 @@ func (c *Config) Validate(trainers int) error {
 	case c.Table == "":
 		return bad("Table", `""`, "a name")
 	}
+	if _, _, err := c.selectors(); err != nil {
+		return fmt.Errorf("dist: config: %w", err)
+	}
 	return nil
+}
+
+// selectors returns fresh selectors for the trainer's table: Sampler and
+// Remover built by sample's constructor, the prioritized ones with
+// Agent.PriorityExponent.
+func (c *Config) selectors() (sampler, remover sample.Selector, err error) {
+	build := func(field, name string) (sample.Selector, error) {
+		k, err := sample.ParseKind(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		exp := 0.0
+		if k == sample.KindPrioritized {
+			exp = c.Agent.PriorityExponent
+		}
+		s, err := sample.NewSelector(k, exp)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", field, err)
+		}
+		return s, nil
+	}
+	if sampler, err = build("Sampler", c.Sampler); err != nil {
+		return nil, nil, err
+	}
+	if remover, err = build("Remover", c.Remover); err != nil {
+		return nil, nil, err
+	}
+	return sampler, remover, nil
 }

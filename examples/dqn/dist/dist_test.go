@@ -18,6 +18,7 @@ import (
 	"github.com/gear-rl/gear/jobs"
 	"github.com/gear-rl/gear/roles"
 	"github.com/gear-rl/gear/roles/rolestest"
+	"github.com/gear-rl/gear/sample"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -371,16 +372,52 @@ func TestApplyTable(t *testing.T) {
 		}
 	}
 	c := DefaultConfig()
-	if err := ApplyTable(&c, table(), 4); err != nil {
+	if err := ApplyTable(&c, table(), 2, 4); err != nil {
 		t.Fatal(err)
 	}
-	if c.Agent.ReplayCapacity != 1000 || c.Agent.PriorityExponent != 0.5 || c.Agent.LearningStarts != 500 || c.SamplesPerInsert != 16 || c.ErrorBuffer != 800 {
+	if c.Agent.ReplayCapacity != 1000 || c.Agent.PriorityExponent != 0.5 || c.Agent.LearningStarts != 500 || c.SamplesPerInsert != 16 || c.ErrorBuffer != 800 ||
+		c.Sampler != "prioritized" || c.Remover != "fifo" {
 		t.Fatalf("config %+v", c)
 	}
 	tb := table()
 	tb.CheckpointEvery = jobs.Duration(10 * time.Second)
-	if err := ApplyTable(&c, tb, 4); err != nil || c.CheckpointEvery != 10*time.Second {
+	if err := ApplyTable(&c, tb, 2, 4); err != nil || c.CheckpointEvery != 10*time.Second {
 		t.Fatalf("checkpoint_every: %v, %v", c.CheckpointEvery, err)
+	}
+	// Every sampler and remover of sample's builds the trainer's table.
+	for _, name := range sample.SelectorNames() {
+		for _, role := range []string{"sampler", "remover"} {
+			tb := table()
+			k, _ := sample.ParseKind(name)
+			if role == "sampler" {
+				tb.Sampler = name
+			} else {
+				tb.Remover = name
+			}
+			if tb.Sampler != "prioritized" && tb.Remover != "prioritized" {
+				tb.PriorityExponent = 0
+			}
+			c := DefaultConfig()
+			if err := ApplyTable(&c, tb, 2, 4); err != nil {
+				t.Errorf("%s %q: %v", role, name, err)
+				continue
+			}
+			sampler, remover, err := c.selectors()
+			if err != nil {
+				t.Errorf("%s %q: the trainer's selectors: %v", role, name, err)
+				continue
+			}
+			got := sampler
+			if role == "remover" {
+				got = remover
+			}
+			if got.Kind() != k {
+				t.Errorf("%s %q: the trainer builds a %s", role, name, got.Kind())
+			}
+			if err := c.Validate(1); err != nil {
+				t.Errorf("%s %q: %v", role, name, err)
+			}
+		}
 	}
 	for _, bad := range []struct {
 		edit func(*jobs.Table)
@@ -389,12 +426,21 @@ func TestApplyTable(t *testing.T) {
 		{func(t *jobs.Table) { t.Columns[4].Shape = []int{3} }, `column 4 is "next_obs" float32 3, want "next_obs" float32 4`},
 		{func(t *jobs.Table) { t.Columns = t.Columns[:5] }, "5 columns, want 6"},
 		{func(t *jobs.Table) { t.TrajectoryLength = 2 }, "trajectory_length 2"},
-		{func(t *jobs.Table) { t.Sampler = "uniform" }, `sampler "uniform"`},
-		{func(t *jobs.Table) { t.RateLimiter.Kind = jobs.LimiterMinSize }, `rate_limiter.kind "min_size"`},
+		{func(t *jobs.Table) { t.Sampler = "random" }, `table.sampler: "random": want one of`},
+		{func(t *jobs.Table) { t.Remover = "uniform" }, ""},
+		{func(t *jobs.Table) { t.Columns[1].DType = "bytes" }, `table.columns[1].dtype`},
+		{func(t *jobs.Table) { t.RateLimiter = jobs.RateLimiter{Kind: jobs.LimiterMinSize, MinSizeToSample: 1} }, `rate_limiter.kind "min_size"`},
 	} {
 		tb := table()
 		bad.edit(tb)
-		if err := ApplyTable(&c, tb, 4); err == nil || !strings.Contains(err.Error(), bad.want) {
+		err := ApplyTable(&c, tb, 2, 4)
+		if bad.want == "" {
+			if err != nil {
+				t.Errorf("ApplyTable: %v", err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("ApplyTable: %v, want %q", err, bad.want)
 		}
 	}

@@ -3,8 +3,9 @@
 // gearrun), joined by package roles' streams and by gear's replay store.
 //
 //   - A trainer owns a store shard (Remover "none") under a sample.ShardTable
-//     with a prioritized sampler, a FIFO remover and a SampleToInsertRatio
-//     rate limiter. It samples full batches (importance weights from the
+//     with a prioritized sampler and a FIFO remover (Config.Sampler and
+//     Config.Remover, which a job spec's [table] may change) and a
+//     SampleToInsertRatio rate limiter. It samples full batches (importance weights from the
 //     returned probabilities), computes gradients, averages them with the
 //     other trainers by AllReduce over the trainers' communicator, applies
 //     them, updates priorities from the TD errors, and publishes parameters

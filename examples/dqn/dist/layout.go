@@ -8,6 +8,7 @@ import (
 
 	"github.com/gear-rl/gear/examples/dqn/replay"
 	"github.com/gear-rl/gear/jobs"
+	"github.com/gear-rl/gear/sample/reverb"
 	"github.com/gear-rl/gear/store"
 )
 
@@ -188,50 +189,53 @@ func decodeChunk(data []byte, obsSize int, fn func(chunkTransition) error) error
 	return nil
 }
 
-// ApplyTable takes the replay table of a job spec's [table] section into c:
-// its name, capacity (per trainer shard), prioritized sampler exponent and
-// rate limiter (min_size_to_sample becomes the frames collected before
-// learning starts). The table must describe this program's rows exactly:
-// the columns of Columns(obsSize), trajectory_length 1, a prioritized
-// sampler, a FIFO remover and no max_times_sampled. checkpoint_every, when set,
-// is the period of the shard checkpoints (Config.CheckpointEvery).
-func ApplyTable(c *Config, t *jobs.Table, obsSize int) error {
+// ApplyTable takes the replay table of a job spec's [table] section into c,
+// building it as every program does (jobs.Table.Build, over shards shards:
+// the job's world size, as gearrun validate checks it): its name, capacity
+// (per trainer shard), sampler and remover (any of sample's, the prioritized
+// ones with priority_exponent) and rate limiter (min_size_to_sample becomes
+// the frames collected before learning starts). The table must describe this
+// program's rows exactly: the columns of Columns(obsSize), trajectory_length
+// 1, no max_times_sampled, and a sample_to_insert_ratio limiter, which paces
+// the actors. checkpoint_every, when set, is the period of the shard
+// checkpoints (Config.CheckpointEvery).
+func ApplyTable(c *Config, t *jobs.Table, shards, obsSize int) error {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("dist: job spec [table] %q: "+format, append([]any{t.Name}, args...)...)
 	}
-	want := Columns(obsSize)
-	if len(t.Columns) != len(want) {
-		return fail("%d columns, want %d (%v)", len(t.Columns), len(want), columnNames)
-	}
-	for i, col := range t.Columns {
-		w := want[i]
-		if col.Name != w.Name || col.DType != w.DType.String() || !slices.Equal(col.Shape, w.Shape) {
-			return fail("column %d is %q %s %s, want %q %s %s", i, col.Name, col.DType, store.FormatShape(col.Shape), w.Name, w.DType, store.FormatShape(w.Shape))
-		}
+	spec, tc, err := t.Build(shards)
+	if err != nil {
+		return fail("%w", err)
 	}
 	switch {
 	case t.TrajectoryLength != 1:
 		return fail("trajectory_length %d, want 1 (a row is one n-step transition)", t.TrajectoryLength)
-	case t.Sampler != "prioritized":
-		return fail("sampler %q, want \"prioritized\"", t.Sampler)
-	case t.Remover != "fifo":
-		return fail("remover %q, want \"fifo\"", t.Remover)
-	case t.MaxTimesSampled != 0:
-		return fail("max_times_sampled %d, want 0", t.MaxTimesSampled)
+	case tc.MaxTimesSampled != 0:
+		return fail("max_times_sampled %d, want 0", tc.MaxTimesSampled)
+	case t.RateLimiter.Kind == jobs.LimiterMinSize:
+		return fail("rate_limiter.kind %q: the distributed run paces actors with %q", t.RateLimiter.Kind, jobs.LimiterSampleToInsertRatio)
+	case t.RateLimiter.Kind != jobs.LimiterSampleToInsertRatio:
+		return fail("rate_limiter.kind %q, want %q", t.RateLimiter.Kind, jobs.LimiterSampleToInsertRatio)
 	}
-	c.Table = t.Name
-	c.Agent.ReplayCapacity = t.Capacity
-	c.Agent.PriorityExponent = t.PriorityExponent
+	want := Columns(obsSize)
+	if len(spec.Columns) != len(want) {
+		return fail("%d columns, want %d (%v)", len(spec.Columns), len(want), columnNames)
+	}
+	for i, col := range spec.Columns {
+		w := want[i]
+		if col.Name != w.Name || col.DType != w.DType || !slices.Equal(col.Shape, w.Shape) {
+			return fail("column %d is %q %s %s, want %q %s %s", i, col.Name, col.DType, store.FormatShape(col.Shape), w.Name, w.DType, store.FormatShape(w.Shape))
+		}
+	}
+	c.Table = tc.Name
+	c.Agent.ReplayCapacity = tc.MaxSize
+	c.Sampler, c.Remover = tc.Sampler, tc.Remover
+	if tc.Sampler == reverb.Prioritized || tc.Remover == reverb.Prioritized {
+		c.Agent.PriorityExponent = t.PriorityExponent
+	}
 	rl := t.RateLimiter
-	switch rl.Kind {
-	case jobs.LimiterSampleToInsertRatio:
-		c.SamplesPerInsert = rl.SamplesPerInsert
-		c.ErrorBuffer = rl.ErrorBuffer
-	case jobs.LimiterMinSize:
-		return fail("rate_limiter.kind %q: the distributed run paces actors with %q", rl.Kind, jobs.LimiterSampleToInsertRatio)
-	default:
-		return fail("rate_limiter.kind %q, want %q", rl.Kind, jobs.LimiterSampleToInsertRatio)
-	}
+	c.SamplesPerInsert = rl.SamplesPerInsert
+	c.ErrorBuffer = rl.ErrorBuffer
 	c.Agent.LearningStarts = rl.MinSizeToSample
 	if t.CheckpointEvery < 0 {
 		return fail("checkpoint_every %v, want >= 0", t.CheckpointEvery)

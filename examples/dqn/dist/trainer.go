@@ -107,12 +107,12 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 			return fmt.Errorf("dist: trainer: %w", err)
 		}
 	}
-	sampler, err := sample.NewPrioritized(a.PriorityExponent)
+	sampler, remover, err := cfg.selectors()
 	if err != nil {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
 	st, err := sample.NewShardTable(shard, sample.Config{
-		Name: cfg.Table, MaxSize: maxSize, Sampler: sampler, Remover: sample.NewFIFO(),
+		Name: cfg.Table, MaxSize: maxSize, Sampler: sampler, Remover: remover,
 		RateLimit: limit, Seed: seed ^ uint64(r.me)<<32,
 	}, sample.WithPollInterval(500*time.Microsecond))
 	if err != nil {
