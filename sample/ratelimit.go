@@ -3,6 +3,8 @@ package sample
 import (
 	"fmt"
 	"math"
+
+	"github.com/gear-rl/gear/sample/reverb"
 )
 
 // RateLimit configures a rate limiter with Reverb's four parameters. The counts it
@@ -26,9 +28,7 @@ type RateLimit struct {
 
 // MinSize blocks samples until the table holds k items and otherwise never blocks:
 // samples per insert 1, diffs -/+ the largest float64.
-func MinSize(k int64) RateLimit {
-	return RateLimit{SamplesPerInsert: 1, MinSize: k, MinDiff: -math.MaxFloat64, MaxDiff: math.MaxFloat64}
-}
+func MinSize(k int64) RateLimit { return RateLimit(reverb.MinSizeLimit(k)) }
 
 // SampleToInsertRatio keeps samples/inserts near spi once the table holds minSize
 // items: the diffs are spi*minSize -/+ errorBuffer. It is refused when the
@@ -36,12 +36,12 @@ func MinSize(k int64) RateLimit {
 // both sides, or when min_diff > spi*minSize.
 func SampleToInsertRatio(spi float64, minSize int64, errorBuffer float64) (RateLimit, error) {
 	offset := spi * float64(minSize)
-	rl := RateLimit{SamplesPerInsert: spi, MinSize: minSize, MinDiff: offset - errorBuffer, MaxDiff: offset + errorBuffer}
+	rl := RateLimit(reverb.RatioLimit(spi, minSize, errorBuffer))
 	if err := rl.Validate(); err != nil {
 		return RateLimit{}, err
 	}
-	if rl.MaxDiff-rl.MinDiff < 2*max(1, spi) {
-		return RateLimit{}, fmt.Errorf("sample: SampleToInsertRatio: error_buffer %v: the window max_diff - min_diff = %v is under 2*max(1, samples_per_insert) = %v and could block both inserts and samples", errorBuffer, rl.MaxDiff-rl.MinDiff, 2*max(1, spi))
+	if w := rl.MaxDiff - rl.MinDiff; w < reverb.MinRatioWindow(spi) {
+		return RateLimit{}, fmt.Errorf("sample: SampleToInsertRatio: error_buffer %v: the window max_diff - min_diff = %v is under 2*max(1, samples_per_insert) = %v and could block both inserts and samples", errorBuffer, w, reverb.MinRatioWindow(spi))
 	}
 	if rl.MinDiff > offset {
 		return RateLimit{}, fmt.Errorf("sample: SampleToInsertRatio: min_diff %v exceeds samples_per_insert*min_size = %v", rl.MinDiff, offset)
@@ -52,9 +52,7 @@ func SampleToInsertRatio(spi float64, minSize int64, errorBuffer float64) (RateL
 // Queue lets n items wait between inserts and samples: samples per insert 1, min
 // size 1, diffs [0, n]. With FIFO selectors and max_times_sampled 1 the table is a
 // queue of n items.
-func Queue(n int64) RateLimit {
-	return RateLimit{SamplesPerInsert: 1, MinSize: 1, MinDiff: 0, MaxDiff: float64(n)}
-}
+func Queue(n int64) RateLimit { return RateLimit(reverb.QueueLimit(1, n)) }
 
 // Stack is Queue's limiter; with LIFO selectors and max_times_sampled 1 the table is
 // a stack of n items.

@@ -177,21 +177,46 @@ func NewLimit(kind string, p LimiterParams) (Limit, error) {
 	}
 	switch kind {
 	case LimiterMinSize:
-		return Limit{SamplesPerInsert: 1, MinSize: p.MinSizeToSample, MinDiff: -math.MaxFloat64, MaxDiff: math.MaxFloat64}, nil
+		return MinSizeLimit(p.MinSizeToSample), nil
 	case LimiterSampleToInsertRatio:
 		spi := p.SamplesPerInsert
-		offset := spi * float64(p.MinSizeToSample)
-		l := Limit{SamplesPerInsert: spi, MinSize: p.MinSizeToSample, MinDiff: offset - p.ErrorBuffer, MaxDiff: offset + p.ErrorBuffer}
-		// A window narrower than one insert's worth of samples (both ways)
-		// could block inserts and samples at once.
-		if w := l.MaxDiff - l.MinDiff; w < 2*max(1, spi) {
+		l := RatioLimit(spi, p.MinSizeToSample, p.ErrorBuffer)
+		if w := l.MaxDiff - l.MinDiff; w < MinRatioWindow(spi) {
 			return Limit{}, &ParamError{What: what, Param: "error_buffer", Problem: fmt.Sprintf(
-				"%g: the window max_diff - min_diff = %g is under 2*max(1, samples_per_insert) = %g and could block both inserts and samples", p.ErrorBuffer, w, 2*max(1, spi))}
+				"%g: the window max_diff - min_diff = %g is under 2*max(1, samples_per_insert) = %g and could block both inserts and samples", p.ErrorBuffer, w, MinRatioWindow(spi))}
 		}
 		return l, nil
 	}
 	// Queue and stack.
-	return Limit{SamplesPerInsert: 1, MinSize: p.MinSizeToSample, MinDiff: 0, MaxDiff: float64(p.MaxSize)}, nil
+	return QueueLimit(p.MinSizeToSample, p.MaxSize), nil
+}
+
+// MinSizeLimit is min_size's numbers: sampling waits for k items and
+// otherwise nothing blocks (samples per insert 1, diffs -/+ the largest
+// float64).
+func MinSizeLimit(k int64) Limit {
+	return Limit{SamplesPerInsert: 1, MinSize: k, MinDiff: -math.MaxFloat64, MaxDiff: math.MaxFloat64}
+}
+
+// RatioLimit is sample_to_insert_ratio's numbers: the diffs are
+// spi*minSize -/+ errorBuffer. NewLimit refuses a window narrower than
+// MinRatioWindow(spi).
+func RatioLimit(spi float64, minSize int64, errorBuffer float64) Limit {
+	offset := spi * float64(minSize)
+	return Limit{SamplesPerInsert: spi, MinSize: minSize, MinDiff: offset - errorBuffer, MaxDiff: offset + errorBuffer}
+}
+
+// MinRatioWindow is the narrowest window max_diff - min_diff that a
+// sample_to_insert_ratio limiter of spi samples per insert may have: one
+// insert's worth of samples both ways, 2*max(1, spi). A narrower one could
+// block inserts and samples at once.
+func MinRatioWindow(spi float64) float64 { return 2 * max(1, spi) }
+
+// QueueLimit is a queue's or a stack's numbers: n items may wait between
+// inserts and samples (samples per insert 1, diffs [0, n]), and sampling
+// waits for minSize items (Reverb's queue: 1).
+func QueueLimit(minSize, n int64) Limit {
+	return Limit{SamplesPerInsert: 1, MinSize: minSize, MinDiff: 0, MaxDiff: float64(n)}
 }
 
 // ParamError is a bad name or parameter.
