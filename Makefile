@@ -9,7 +9,7 @@ KERNELS := cuda/internal/kernels
 # of their own (built against this checkout through a replace directive).
 MODULES := . examples/external examples/gorgonia-cu
 
-.PHONY: all build test vet fmt-check tidy-check unit race fuzz ptx
+.PHONY: all build test vet lint fmt-check tidy-check unit race fuzz ptx
 
 all: build
 
@@ -19,6 +19,12 @@ build:
 vet:
 	$(GO) vet ./...
 	cd examples/external && $(GO) vet ./...
+
+# lint runs staticcheck at a pinned version, built through the module proxy
+# (it is no dependency of the module).
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+lint:
+	$(STATICCHECK) ./...
 
 # tidy-check fails when go mod tidy would change any module's go.mod or go.sum.
 tidy-check:
@@ -53,7 +59,7 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzDecodeHeader$$' ./collective
 	$(FUZZ) -fuzz='^FuzzParseName$$' ./internal/shmname
 
-test: fmt-check vet tidy-check build unit race fuzz
+test: fmt-check vet lint tidy-check build unit race fuzz
 
 # ptx regenerates the embedded PTX from the CUDA sources (no GPU needed) and
 # records the hashes that TestSumsMatchSources checks, and the compiler's
