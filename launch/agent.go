@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -441,7 +440,7 @@ func (a *agent) spawn(r int, dir string, stdin *os.File, base []string) (*os.Pro
 	if d := p.inheritDefaults(r); len(d) > 0 {
 		base = append(d, base...)
 	}
-	env := mergeEnv(base, p.Environ(r, a.job.RdzvAddr), p.inheritDrop(r)...)
+	env := rank.MergeEnv(base, p.Environ(r, a.job.RdzvAddr), p.inheritDrop(r)...)
 	pipe := func(kind byte) (*os.File, error) {
 		rd, w, err := os.Pipe()
 		if err != nil {
@@ -473,13 +472,7 @@ func (a *agent) spawn(r int, dir string, stdin *os.File, base []string) (*os.Pro
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
-		code := ExitLaunchFailed
-		if errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
-		} else if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
-			code = ExitNotRunnable
-		}
-		return nil, &programError{fmt.Errorf("launch: rank %d on %s: start %s: %w", r, a.job.Host, spec.Argv[0], err), code}
+		return nil, startFailed(err, fmt.Sprintf("launch: rank %d on %s: start %s", r, a.job.Host, spec.Argv[0]))
 	}
 	return proc, nil
 }

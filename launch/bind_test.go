@@ -222,8 +222,8 @@ func TestBindInheritance(t *testing.T) {
 		{NP: 1, Argv: []string{"b"}, Bind: &gmi.PlanRequest{}},
 	}})
 	base := []string{"CUDA_VISIBLE_DEVICES=7", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10", "GEAR_GMI_LAYOUT=[[9]]", "PATH=/bin"}
-	unbound := mergeEnv(base, p.Environ(0, "x"), p.inheritDrop(0)...)
-	bound := mergeEnv(base, p.Environ(1, "x"), p.inheritDrop(1)...)
+	unbound := rank.MergeEnv(base, p.Environ(0, "x"), p.inheritDrop(0)...)
+	bound := rank.MergeEnv(base, p.Environ(1, "x"), p.inheritDrop(1)...)
 	for _, kv := range []string{"CUDA_VISIBLE_DEVICES=7", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=10", "PATH=/bin"} {
 		if !slices.Contains(unbound, kv) {
 			t.Errorf("unbound rank lacks %s: %v", kv, unbound)

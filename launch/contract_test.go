@@ -71,7 +71,7 @@ func TestEnvironDecodesToPlan(t *testing.T) {
 		if got := decodeRankEnv(t, env); got != want {
 			t.Errorf("rank %d reads\n %#v\nwant %#v", r, got, want)
 		}
-		if got := decodeRankEnv(t, mergeEnv(parent, env)); got != want {
+		if got := decodeRankEnv(t, rank.MergeEnv(parent, env)); got != want {
 			t.Errorf("rank %d under a launcher with a place of its own reads\n %#v\nwant %#v", r, got, want)
 		}
 		if !slices.Contains(env, rank.EnvNodeName+"="+s.Host) || s.Host == "" {

@@ -530,14 +530,6 @@ func (d Device) Environ() []string {
 	return env
 }
 
-// mergeEnv is rank.MergeEnv as the launcher calls it for a rank: base (the
-// launcher's own environment) less the contract, less the launcher's
-// GEAR_GMI_LAYOUT (a layout of another world) and less also, with add (the
-// rank's Environ) on top.
-func mergeEnv(base, add []string, also ...string) []string {
-	return rank.MergeEnv(base, add, append([]string{rank.EnvGMILayout}, also...)...)
-}
-
 // Masked returns a copy of p whose token reads "****", for printing.
 func (p *Plan) Masked() *Plan {
 	q := *p

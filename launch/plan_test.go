@@ -111,7 +111,7 @@ func TestEnvironAndBinding(t *testing.T) {
 			t.Errorf("environ lacks %s: %v", kv, env)
 		}
 	}
-	merged := mergeEnv([]string{"GEAR_RANK=7", "PATH=/bin", "A=0"}, env)
+	merged := rank.MergeEnv([]string{"GEAR_RANK=7", "PATH=/bin", "A=0"}, env)
 	if slices.Contains(merged, "GEAR_RANK=7") || !slices.Contains(merged, "PATH=/bin") || !slices.Contains(merged, "A=2") || slices.Contains(merged, "A=1") {
 		t.Fatalf("merged %v", merged)
 	}

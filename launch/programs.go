@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // programError carries the exit code of a program that cannot be started.
@@ -21,6 +22,19 @@ type programError struct {
 func (e *programError) Error() string { return e.err.Error() }
 
 func (e *programError) Unwrap() error { return e.err }
+
+// startFailed is a rank's program that could not start (os.StartProcess's
+// err), said as what (with err wrapped), with the exit code its reason
+// gives: ExitNotFound, ExitNotRunnable, else ExitLaunchFailed.
+func startFailed(err error, what string) *programError {
+	code := ExitLaunchFailed
+	if errors.Is(err, os.ErrNotExist) {
+		code = ExitNotFound
+	} else if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
+		code = ExitNotRunnable
+	}
+	return &programError{fmt.Errorf("%s: %w", what, err), code}
+}
 
 func exitCodeOf(err error) int {
 	var pe *programError

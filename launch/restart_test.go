@@ -255,7 +255,7 @@ func TestEnvironOfGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Restart = 3
-	env := mergeEnv([]string{rank.EnvRestartCount + "=9", rank.EnvCheckpointDir + "=/elsewhere"}, p.Environ(1, "127.0.0.1:1"))
+	env := rank.MergeEnv([]string{rank.EnvRestartCount + "=9", rank.EnvCheckpointDir + "=/elsewhere"}, p.Environ(1, "127.0.0.1:1"))
 	for _, want := range []string{rank.EnvRestartCount + "=3", rank.EnvCheckpointDir + "=/ckpt/j",
 		rank.EnvTorchRestartCount + "=3", rank.EnvTorchMaxRestarts + "=4"} {
 		n := 0

@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/gear-rl/gear/rank"
 	"golang.org/x/term"
 )
 
@@ -66,7 +66,7 @@ func (j *job) spawn(i int, path string, stdin *os.File, base []string) error {
 	if d := j.plan.inheritDefaults(i); len(d) > 0 {
 		base = append(d, base...) // the launcher's own values win
 	}
-	env := mergeEnv(base, j.plan.Environ(i, j.coord.Addr()), j.plan.inheritDrop(i)...)
+	env := rank.MergeEnv(base, j.plan.Environ(i, j.coord.Addr()), j.plan.inheritDrop(i)...)
 	argv := append([]string{r.Argv[0]}, r.Argv[1:]...)
 	attr := &os.ProcAttr{
 		Dir:   j.plan.Dir,
@@ -83,13 +83,7 @@ func (j *job) spawn(i int, path string, stdin *os.File, base []string) error {
 	stdout.Close() // the child holds its own copies now
 	stderr.Close()
 	if err != nil {
-		code := ExitLaunchFailed
-		if errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
-		} else if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
-			code = ExitNotRunnable
-		}
-		return &programError{fmt.Errorf("launch: rank %d: start %s: %w", i, r.Argv[0], err), code}
+		return startFailed(err, fmt.Sprintf("launch: rank %d: start %s", i, r.Argv[0]))
 	}
 	j.procs[i] = proc
 	j.groups[i] = proc.Pid

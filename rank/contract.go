@@ -79,14 +79,15 @@ func (i Info) Environ() []string {
 // MergeEnv returns the environment of a rank that inherits base ("NAME=value"
 // entries, as os.Environ gives them) and is given add: base less every
 // contract variable (ContractEnv: a rank never inherits its launcher's place)
-// and less the names in drop, then each entry of add, which replaces the entry
+// and GEAR_GMI_LAYOUT (the GMI layout of the launcher's own world), less the
+// names in drop, then each entry of add, which replaces the entry
 // of the same name where it stands or else is appended. Of several entries of
 // one name the last wins, so a caller lists add from the lowest precedence to
 // the highest, and puts defaults that the inherited values override at the
 // front of base. MergeEnv modifies neither slice.
 func MergeEnv(base, add []string, drop ...string) []string {
-	skip := make(map[string]bool, len(drop)+14)
-	for _, name := range ContractEnv() {
+	skip := make(map[string]bool, len(drop)+15)
+	for _, name := range append(ContractEnv(), EnvGMILayout) {
 		skip[name] = true
 	}
 	for _, name := range drop {

@@ -171,9 +171,10 @@ func TestMergeEnv(t *testing.T) {
 	if want := []string{EnvOMPNumThreads + "=4", "PATH=/bin"}; !slices.Equal(got, want) {
 		t.Fatalf("MergeEnv with a default = %q, want %q", got, want)
 	}
-	// No contract variable is inherited, whatever the caller drops.
+	// No contract variable, nor the launcher's GMI layout, is inherited,
+	// whatever the caller drops.
 	var parent []string
-	for _, name := range ContractEnv() {
+	for _, name := range append(ContractEnv(), EnvGMILayout) {
 		parent = append(parent, name+"=parent")
 	}
 	if got := MergeEnv(parent, nil); len(got) != 0 {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+
+	"github.com/gear-rl/gear/sample/reverb"
 )
 
 // Kind names a selection strategy. The distributed table uses it to choose how a
@@ -20,20 +22,11 @@ const (
 	KindMinHeap
 )
 
+// String is the kind's name, package reverb's (reverb.Selectors, in the
+// order of the kinds).
 func (k Kind) String() string {
-	switch k {
-	case KindUniform:
-		return "uniform"
-	case KindPrioritized:
-		return "prioritized"
-	case KindFIFO:
-		return "fifo"
-	case KindLIFO:
-		return "lifo"
-	case KindMaxHeap:
-		return "maxheap"
-	case KindMinHeap:
-		return "minheap"
+	if names := reverb.Selectors(); k >= KindUniform && int(k) <= len(names) {
+		return names[k-KindUniform]
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }

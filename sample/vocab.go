@@ -2,6 +2,7 @@ package sample
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gear-rl/gear/sample/reverb"
 )
@@ -44,12 +45,11 @@ func ParseKind(name string) (Kind, error) {
 	if err != nil {
 		return 0, err
 	}
-	for k := KindUniform; k <= KindMinHeap; k++ {
-		if k.String() == own {
-			return k, nil
-		}
+	i := slices.Index(reverb.Selectors(), own)
+	if i < 0 || KindUniform+Kind(i) > KindMinHeap {
+		return 0, fmt.Errorf("sample: selector %q has no kind", own) // TestSelectorNames rules it out
 	}
-	return 0, fmt.Errorf("sample: selector %q has no kind", own) // TestSelectorNames rules it out
+	return KindUniform + Kind(i), nil
 }
 
 // NewSelector returns a fresh, empty selector of kind k. exponent is the

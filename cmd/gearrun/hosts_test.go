@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/internal/shmname"
 	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
 )
@@ -344,7 +345,7 @@ func hostsRank() int {
 	maps, _ := os.ReadFile("/proc/self/maps")
 	inboxes := map[string]bool{}
 	for _, line := range strings.Split(string(maps), "\n") {
-		if i := strings.Index(line, "/dev/shm/gear."+w.JobID()+".coll."); i >= 0 {
+		if i := strings.Index(line, "/dev/shm/"+shmname.Make(w.JobID(), shmname.Coll, "")); i >= 0 {
 			inboxes[line[i:]] = true
 		}
 	}

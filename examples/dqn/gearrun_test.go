@@ -21,6 +21,7 @@ import (
 	"github.com/gear-rl/gear/examples/dqn/dist"
 	"github.com/gear-rl/gear/internal/geartest"
 	"github.com/gear-rl/gear/jobs"
+	"github.com/gear-rl/gear/rank"
 )
 
 // bins are gearrun and dqn, built once for the tests that launch them.
@@ -46,7 +47,7 @@ func withoutRankEnv() []string {
 
 // segmentsLeft lists the shared-memory segments of job id.
 func segmentsLeft(id string) []string {
-	m, _ := filepath.Glob("/dev/shm/gear." + id + ".*")
+	m, _ := filepath.Glob("/dev/shm/" + rank.SegmentName(id, "*"))
 	return m
 }
 

@@ -31,15 +31,20 @@ const (
 
 var selectorNames = []string{Uniform, Prioritized, FIFO, LIFO, MaxHeap, MinHeap}
 
-// selectorAliases are other spellings ParseSelector accepts: earlier job
-// specs wrote the heaps with an underscore.
-var selectorAliases = map[string]string{"max_heap": MaxHeap, "min_heap": MinHeap}
+// selectorAliases are other spellings ParseSelector accepts, each with the
+// own name it stands for: earlier job specs wrote the heaps with an
+// underscore.
+var selectorAliases = [][2]string{{"max_heap", MaxHeap}, {"min_heap", MinHeap}}
 
 // SelectorNames returns every selector name ParseSelector accepts: first the
 // selectors' own names, then the other spellings ("max_heap", "min_heap").
 // The slice is the caller's.
 func SelectorNames() []string {
-	return append(append([]string(nil), selectorNames...), "max_heap", "min_heap")
+	names := append([]string(nil), selectorNames...)
+	for _, a := range selectorAliases {
+		names = append(names, a[0])
+	}
+	return names
 }
 
 // Selectors returns the selectors' own names, in the order of sample's kinds.
@@ -54,10 +59,14 @@ func ParseSelector(name string) (string, error) {
 			return n, nil
 		}
 	}
-	if n, ok := selectorAliases[name]; ok {
-		return n, nil
+	others := make([]string, len(selectorAliases))
+	for i, a := range selectorAliases {
+		if a[0] == name {
+			return a[1], nil
+		}
+		others[i] = a[0]
 	}
-	return "", &ParamError{What: "selector", Problem: fmt.Sprintf("%q: want one of %s (or max_heap, min_heap)", name, strings.Join(selectorNames, ", "))}
+	return "", &ParamError{What: "selector", Problem: fmt.Sprintf("%q: want one of %s (or %s)", name, strings.Join(selectorNames, ", "), strings.Join(others, ", "))}
 }
 
 // CheckExponent checks the priority exponent given to the selector named
