@@ -68,9 +68,10 @@ func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 		if allowed = int(g.lim.MaxSamples(int64(n))); allowed > 0 {
 			break
 		}
-		if ctx.Err() == nil {
+		// Close wakes the wait; the next sync tells every rank.
+		if ctx.Err() == nil && !d.isClosing() {
 			t.blockedSmp++
-			t.waitChangeLocked(ctx, d.every)
+			t.waitChangeLocked(ctx, d.every, d.closing)
 			t.blockedSmp--
 		}
 	}
@@ -88,7 +89,10 @@ func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 	case ModeDecentralized:
 		err = d.mergeDraw(cctx, g, b)
 	}
-	if err == nil { // every rank knows what the batch did to the global counts
+	if err == nil {
+		// Every rank knows what the batch did to the global counts, so every
+		// rank gives the same shares of the room it freed, without another
+		// exchange: an insert it admits proceeds at once.
 		g.lim.Sample(int64(len(b.Items)))
 		for _, s := range b.Items {
 			if s.Deleted {
@@ -97,6 +101,7 @@ func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 				g.shards[s.Index/d.capacity].size--
 			}
 		}
+		d.giveShares(g)
 	}
 	t.notify()
 	return err
