@@ -26,7 +26,8 @@ func (d *DistTable) localRand() *rand.Rand {
 // max_times_sampled deletes an item on its shard; a store shard holds the rows of
 // such items for collection until the Batch is released, on that rank.
 //
-// Errors: ErrClosed, on every rank, when a rank closed its table; the context's
+// Errors: ErrClosed, on every rank, when a rank closed its table or called Close
+// (which wakes a Sample waiting for the rate limiter on that rank); the context's
 // error on a rank whose context ended before the batch, and on the others an
 // error naming that rank; the communicator's errors.
 func (d *DistTable) Sample(ctx context.Context, n int) (*Batch, error) {
