@@ -123,7 +123,12 @@ type DistTable struct {
 	opMu   sync.Mutex // one collective call at a time
 	calls  uint64
 	last   globalState
-	closed bool
+	closed bool // Close has finished (opMu)
+
+	closing   chan struct{} // closed when Close starts: wakes a waiting Sample
+	closeOnce sync.Once
+
+	observe func(*globalState) // tests: every global state shares are given from
 
 	// scratch
 	syncBuf  []float64
@@ -158,7 +163,7 @@ const (
 func NewDistTable(ctx context.Context, comm *collective.Comm, local Local, opts ...DistOption) (*DistTable, error) {
 	t := local.localTable()
 	d := &DistTable{comm: comm, rank: comm.Rank(), size: comm.Size(), t: t, st: local.localShard(),
-		every: 2 * time.Millisecond, grace: 5 * time.Second}
+		every: 2 * time.Millisecond, grace: 5 * time.Second, closing: make(chan struct{})}
 	for _, o := range opts {
 		o(d)
 	}
@@ -320,11 +325,21 @@ func (d *DistTable) Info() DistInfo {
 	return info
 }
 
-// Close makes later calls on this rank fail; call it on every rank after the last
-// collective call. It is idempotent. The local table becomes a table of its own
-// again (its rate limiter sees its own counts); Close does not close it or the
-// communicator. It detaches the shards of the peers that Collect read in place.
+// Close makes later calls on this rank fail with ErrClosed; call it on every rank
+// after the last collective call. It is idempotent. The local table becomes a
+// table of its own again (its rate limiter sees its own counts); Close does not
+// close it or the communicator. It detaches the shards of the peers that Collect
+// read in place.
+//
+// Close may be called while another goroutine is in a collective call on this
+// rank. A Sample waiting for the global rate limiter wakes, tells the other ranks
+// at its next sync (which they are in, waiting too), and returns ErrClosed; the
+// other ranks' Samples return ErrClosed naming this rank. A call exchanging with
+// the other ranks finishes first. Close returns once the call has. A later Sample
+// or Sync on this rank still meets the other ranks' matching call once, so that
+// it fails there the same way instead of waiting.
 func (d *DistTable) Close() error {
+	d.closeOnce.Do(func() { close(d.closing) })
 	d.opMu.Lock()
 	defer d.opMu.Unlock()
 	if d.closed {
@@ -336,6 +351,16 @@ func (d *DistTable) Close() error {
 	d.t.notify()
 	d.t.mu.Unlock()
 	return d.closePeers()
+}
+
+// isClosing reports whether Close has been called.
+func (d *DistTable) isClosing() bool {
+	select {
+	case <-d.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // graceful returns a context for collective calls that ends grace after ctx does,

@@ -26,7 +26,8 @@ func (d *DistTable) localRand() *rand.Rand {
 // max_times_sampled deletes an item on its shard; a store shard holds the rows of
 // such items for collection until the Batch is released, on that rank.
 //
-// Errors: ErrClosed, on every rank, when a rank closed its table; the context's
+// Errors: ErrClosed, on every rank, when a rank closed its table or called Close
+// (which wakes a Sample waiting for the rate limiter on that rank); the context's
 // error on a rank whose context ended before the batch, and on the others an
 // error naming that rank; the communicator's errors.
 func (d *DistTable) Sample(ctx context.Context, n int) (*Batch, error) {
@@ -68,9 +69,10 @@ func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 		if allowed = int(g.lim.MaxSamples(int64(n))); allowed > 0 {
 			break
 		}
-		if ctx.Err() == nil {
+		// Close wakes the wait; the next sync tells every rank.
+		if ctx.Err() == nil && !d.isClosing() {
 			t.blockedSmp++
-			t.waitChangeLocked(ctx, d.every)
+			t.waitChangeLocked(ctx, d.every, d.closing)
 			t.blockedSmp--
 		}
 	}
@@ -88,7 +90,10 @@ func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 	case ModeDecentralized:
 		err = d.mergeDraw(cctx, g, b)
 	}
-	if err == nil { // every rank knows what the batch did to the global counts
+	if err == nil {
+		// Every rank knows what the batch did to the global counts, so every
+		// rank gives the same shares of the room it freed, without another
+		// exchange: an insert it admits proceeds at once.
 		g.lim.Sample(int64(len(b.Items)))
 		for _, s := range b.Items {
 			if s.Deleted {
@@ -97,6 +102,7 @@ func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 				g.shards[s.Index/d.capacity].size--
 			}
 		}
+		d.giveShares(g)
 	}
 	t.notify()
 	return err

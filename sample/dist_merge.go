@@ -84,7 +84,7 @@ func (d *DistTable) Top(ctx context.Context, k int) ([]Item, error) {
 	defer d.opMu.Unlock()
 	t := d.t
 	t.mu.Lock()
-	if d.closed || t.closed {
+	if d.isClosing() || t.closed {
 		t.mu.Unlock()
 		return nil, fmt.Errorf("%w: top on distributed table %q", ErrClosed, t.name)
 	}

@@ -40,7 +40,7 @@ func (d *DistTable) syncLocked(ctx, cctx context.Context, flags int64) (*globalS
 	if ctx.Err() != nil {
 		mine.flags |= flagCancelled
 	}
-	if t.closed || d.closed {
+	if t.closed || d.isClosing() {
 		mine.flags |= flagClosed
 	}
 	if len(d.syncBuf) != syncFields*d.size {
@@ -64,15 +64,71 @@ func (d *DistTable) syncLocked(ctx, cctx context.Context, flags int64) (*globalS
 	}
 	g.lim = RateLimiter{cfg: d.rl}
 	g.lim.SetCounts(gi, gs, gd)
-	t.share = d.shareOf(g)
-	t.notify()
+	d.giveShares(g)
 	return g, nil
+}
+
+// giveShares gives this shard (t.mu held) its share of the global insert room of
+// g, which every rank knows alike: the state of a sync, or that state after a
+// collective sample, with no insert on any shard since the shard's own counts went
+// into the sync (every rank holds its table's lock from its sync to here). From
+// now on the shard admits share inserts, plus what its own deletes free (distRoom).
+// The shares sum to at most the room, so the ranks together never insert beyond
+// what the global limiter allows.
+func (d *DistTable) giveShares(g *globalState) {
+	if d.observe != nil {
+		d.observe(g)
+	}
+	if d.closed {
+		return // the local table is a table of its own again
+	}
+	t := d.t
+	t.share = d.shareOf(g)
+	t.room = distRoom{global: g.lim, base: g.lim.MaxInserts(unlimitedRoom), deletes: t.limiter.deletes}
+	t.notify()
+}
+
+// unlimitedRoom stands for a room no shard will use up.
+const unlimitedRoom = 1 << 40
+
+// distRoom is what a shard's own deletes (MutatePriorities, the remover of a
+// full shard) add to its insert room until the next share is given. Only the
+// limiter's min_size condition looks at deletes: k more deletes grow the global
+// room of the state the shares came from by
+//
+//	freed(k) = room(deletes + k) - room(deletes)
+//	         = max(free + k, ratio) - max(free, ratio)   (free, ratio: the room of either condition)
+//
+// and the shard may insert that much more. freed is convex in k and zero at 0,
+// hence superadditive: the sum of what every shard's deletes free on their own is
+// at most what all those deletes free together, so the global limiter stays
+// exact, though it learns of the deletes only at the next sync. Another shard's
+// room grows by them only then.
+type distRoom struct {
+	global  RateLimiter // the global counts the share came from
+	base    int64       // their room
+	deletes int64       // this shard's deletes then
+	at, got int64       // freed's last answer: at deletes, got room
+}
+
+// freed is the room this shard's deletes have freed, given its delete count now.
+func (r *distRoom) freed(deletes int64) int64 {
+	k := deletes - r.deletes
+	if k <= 0 {
+		return 0
+	}
+	if deletes != r.at {
+		after := r.global
+		after.Delete(k)
+		r.at, r.got = deletes, after.MaxInserts(unlimitedRoom)-r.base
+	}
+	return r.got
 }
 
 // shareOf splits the global insert room among the shards in proportion to their
 // waiting inserts (evenly when none wait), the same way on every rank.
 func (d *DistTable) shareOf(g *globalState) int64 {
-	const unlimited = 1 << 40
+	const unlimited = unlimitedRoom
 	room := g.lim.MaxInserts(unlimited)
 	if room >= unlimited {
 		return unlimited

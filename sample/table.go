@@ -132,6 +132,7 @@ type Table struct {
 	rows          bool          // slots are shard rows, given by the caller
 	distributed   bool          // a distributed table's shard: inserts use share
 	share         int64         // inserts allowed until the next global sync
+	room          distRoom      // what this shard's own deletes add to share
 	wake          chan struct{} // closed and replaced when the state changes and someone waits
 	waiters       int
 	blockedIns    int
@@ -512,17 +513,18 @@ func (t *Table) setPriority(slot int, p float64) {
 }
 
 // canInsert is the insert condition: the rate limiter's, or for a shard of a
-// distributed table, the share of the global room it was given at the last sync.
+// distributed table, the share of the global room it was given at the last sync
+// (or collective sample), plus the room its own deletes have freed since.
 func (t *Table) canInsert() bool {
 	if t.distributed {
-		return t.share > 0
+		return t.share+t.room.freed(t.limiter.deletes) > 0
 	}
 	return t.limiter.CanInsert(1)
 }
 
 // waitChangeLocked waits, with t.mu held on entry and on return, until the table
-// changes, d passes, the context ends or the table closes.
-func (t *Table) waitChangeLocked(ctx context.Context, d time.Duration) {
+// changes, d passes, the context ends, the table closes or stop is closed.
+func (t *Table) waitChangeLocked(ctx context.Context, d time.Duration, stop <-chan struct{}) {
 	if t.closed {
 		return
 	}
@@ -535,6 +537,7 @@ func (t *Table) waitChangeLocked(ctx context.Context, d time.Duration) {
 	case <-timer.C:
 	case <-ctx.Done():
 	case <-t.done:
+	case <-stop:
 	}
 	timer.Stop()
 	t.mu.Lock()
