@@ -264,4 +264,3 @@ func copyOut(s string, buf *C.char, capacity C.int64_t, n *C.int64_t) {
 		*n = C.int64_t(len(s))
 	}
 }
-

@@ -231,7 +231,7 @@ func gear_shard_layout(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64
 		t := s.shard.ColumnTable(c)
 		cols = append(cols, layoutColumn{
 			Name: col.Name, DType: col.DType.String(), Shape: append([]int{}, col.Shape...), Length: col.Length,
-			Offset: int(uintptr(unsafe.Pointer(unsafe.SliceData(t))) - base) + s.shard.BlockOffset(c, 0),
+			Offset: int(uintptr(unsafe.Pointer(unsafe.SliceData(t)))-base) + s.shard.BlockOffset(c, 0),
 			Stride: s.shard.BlockStride(c), BlockBytes: s.shard.BlockBytes(c),
 		})
 	}

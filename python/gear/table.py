@@ -145,6 +145,7 @@ class _Shard:
         self.columns = {d["name"]: Column(d, base) for d in lay["columns"]}
         self._order = list(self.columns)
         self._ptrs = (ctypes.c_void_p * len(self._order))()
+        self._row = ctypes.byref(ctypes.c_int64())
 
     def _handle(self):
         if self._h is None:
@@ -163,11 +164,40 @@ class _Shard:
         """Insert one row: every column by name, as an array of its dtype and
         row shape (Python numbers are converted; numpy arrays and tensors must
         have the column's dtype). A wrong dtype or shape raises ValueError
-        naming the column, and nothing is inserted."""
-        keys = None if key is None else np.array([key], np.uint64)
-        self.insert_batch(columns, np.array([priority], np.float64), keys, timeout, _n=1)
+        naming the column, and nothing is inserted. The values are written
+        straight into a free row of the shard, which is then committed."""
+        if len(columns) != len(self._order):
+            self._check_names(columns)
+        vals = []
+        for name, v in columns.items():
+            c = self.columns.get(name)
+            if c is None:
+                self._check_names(columns)
+            if type(v) is np.ndarray and v.dtype == c.dtype and v.shape == c.row_shape:
+                vals.append((c.rows, v))
+            else:
+                vals.append((c.rows, c.check(v)))
+        h = self._handle()
+        row = self._row
+        st = lib.gear_shard_allocate(h, 0, row)
+        if st != _lib.OK:
+            if st != _lib.TIMEOUT:
+                _lib.check(st)
+            _lib.sliced(lambda ms: lib.gear_shard_allocate(h, ms, row), timeout, "insert")
+        r = row._obj.value
+        try:
+            for rows, v in vals:
+                rows[r] = v
+        except BaseException:
+            lib.gear_shard_abort(h, r)
+            raise
+        _lib.check(lib.gear_shard_commit(h, r, key is not None, key or 0, priority, None))
 
-    def insert_batch(self, columns, priorities=1.0, keys=None, timeout=None, _n=None):
+    def _check_names(self, columns):
+        missing, extra = set(self._order) - set(columns), set(columns) - set(self._order)
+        raise ValueError(f"gear: insert: columns missing {sorted(missing)}, unknown {sorted(extra)}")
+
+    def insert_batch(self, columns, priorities=1.0, keys=None, timeout=None):
         """Insert n rows in one call: columns maps every column's name to an
         array of n rows (shape (n, *row_shape)); priorities and keys (None:
         insertion sequences) are n numbers or one. All arrays are checked
@@ -175,16 +205,9 @@ class _Shard:
         nothing is inserted. Waits up to timeout seconds (None: no limit) for
         free rows; returns n."""
         if set(columns) != set(self._order):
-            missing, extra = set(self._order) - set(columns), set(columns) - set(self._order)
-            raise ValueError(f"gear: insert: columns missing {sorted(missing)}, unknown {sorted(extra)}")
-        single = _n == 1
-        if single:
-            arrs = [self.columns[c].check(columns[c]) for c in self._order]
-            n = 1
-        else:
-            first = columns[self._order[0]]
-            n = len(first)
-            arrs = [self.columns[c].check(columns[c], n) for c in self._order]
+            self._check_names(columns)
+        n = len(columns[self._order[0]])
+        arrs = [self.columns[c].check(columns[c], n) for c in self._order]
         prio = np.ascontiguousarray(np.broadcast_to(np.asarray(priorities, np.float64), (n,)))
         kp = _NULL
         if keys is not None:
@@ -258,20 +281,23 @@ class Sample:
     then the rows stay as they were, also those the sample deleted
     (max_times_sampled)."""
 
+    _META = ("keys", "probabilities", "priorities", "rows", "times_sampled")
+
     def __init__(self, shard, n):
         self._shard = shard
-        self.keys = np.empty(n, np.uint64)
-        self.probabilities = np.empty(n, np.float64)
-        self.priorities = np.empty(n, np.float64)
-        self.rows = np.empty(n, np.int64)
-        self.times_sampled = np.empty(n, np.int64)
-        self.data = {}
+        self._full = {"keys": np.empty(n, np.uint64), "probabilities": np.empty(n, np.float64),
+                      "priorities": np.empty(n, np.float64), "rows": np.empty(n, np.int64),
+                      "times_sampled": np.empty(n, np.int64)}
+        self._data = {}
+        self._args = None
         self._batch = None
+        self.data = {}
 
     def _trim(self, k):
-        for f in ("keys", "probabilities", "priorities", "rows", "times_sampled"):
-            setattr(self, f, getattr(self, f)[:k])
-        self.data = {c: a[:k] for c, a in self.data.items()}
+        f = self._full
+        for name in self._META:
+            setattr(self, name, f[name][:k])
+        self.data = {c: a[:k] for c, a in self._data.items()}
 
     def __len__(self):
         return len(self.keys)
@@ -332,12 +358,27 @@ class Table(_Shard):
         h = _lib.run_op(lambda out: lib.gear_table_restore(s, sn, p, pn, g, gn, seed, extra_rows, out), timeout, "restore")
         return cls(_handle=h)
 
-    def sample(self, n, timeout=None, columns=None, copy=True):
+    def sample(self, n, timeout=None, columns=None, copy=True, out=None):
         """Sample a batch of 1 to n items (Reverb's flexible batch), waiting up
         to timeout seconds (None: no limit) for the rate limiter to allow the
         first; Timeout then. columns names the columns to collect (None: all).
-        Returns a Sample; see its doc for copy."""
+        Returns a Sample; see its doc for copy. out, a Sample an earlier call
+        returned for the same n and columns, is refilled instead of a new one
+        (its arrays are overwritten: the fast path for a training loop)."""
+        if out is None or out._args is None or out._n != n or out._cols != columns or not copy:
+            out = self._new_sample(n, columns, copy)
+        h = self._handle()
+        got, batch = out._got, out._batchp
+        args = out._args
+        _lib.sliced(lambda ms: lib.gear_table_sample(h, n, ms, *args), timeout, "sample")
+        if not copy:
+            out._batch = out._batch_h.value
+        out._trim(got._obj.value)
+        return out
+
+    def _new_sample(self, n, columns, copy):
         out = Sample(self, n)
+        out._n, out._cols = n, columns
         cols = self._order if columns is None else list(columns)
         for c in cols:
             if c not in self.columns:
@@ -348,17 +389,14 @@ class Table(_Shard):
         if copy:
             for j, c in enumerate(cols):
                 col = self.columns[c]
-                out.data[c] = np.empty((n,) + col.row_shape, col.dtype)
-                dst[j] = out.data[c].ctypes.data
-        got, batch = ctypes.c_int64(), ctypes.c_uint64()
-        h = self._handle()
-        _lib.sliced(lambda ms: lib.gear_table_sample(
-            h, n, ms, 0 if copy else 1, out.keys.ctypes.data, out.probabilities.ctypes.data,
-            out.priorities.ctypes.data, out.rows.ctypes.data, out.times_sampled.ctypes.data,
-            ncols, idx, dst, ctypes.byref(got), ctypes.byref(batch)), timeout, "sample")
-        if not copy:
-            out._batch = batch.value
-        out._trim(got.value)
+                out._data[c] = np.empty((n,) + col.row_shape, col.dtype)
+                dst[j] = out._data[c].ctypes.data
+        out._batch_h = ctypes.c_uint64()
+        out._got, out._batchp = ctypes.byref(ctypes.c_int64()), ctypes.byref(out._batch_h)
+        out._keep = (idx, dst)
+        out._args = (0 if copy else 1, out._full["keys"].ctypes.data, out._full["probabilities"].ctypes.data,
+                     out._full["priorities"].ctypes.data, out._full["rows"].ctypes.data,
+                     out._full["times_sampled"].ctypes.data, ncols, idx, dst, out._got, out._batchp)
         return out
 
     def update_priorities(self, keys, priorities):
