@@ -449,56 +449,30 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 		b = &s.batch
 		defer b.Release()
 	}
-	if err := t.SampleInto(ctx, b, int(n)); err != nil {
-		return fail(err)
-	}
-	k := len(b.Items)
-	ks := sliceOr(keys, k)
-	ps, pr := sliceOr(probs, k), sliceOr(prios, k)
-	rs, ts := sliceOr(rows, k), sliceOr(times, k)
-	indices := s.indices[:0]
-	if keep != 0 {
-		indices = make([]int, 0, k)
-	}
-	for i, it := range b.Items {
-		if ks != nil {
-			ks[i] = C.uint64_t(it.Key)
+	// The remover may evict a sampled item (one the sample did not delete,
+	// so its batch does not hold it) between the sample and the collection:
+	// the collection then fails, and the batch is sampled again.
+	var indices []int
+	for try := 0; ; try++ {
+		if err := t.SampleInto(ctx, b, int(n)); err != nil {
+			return fail(err)
 		}
-		if ps != nil {
-			ps[i] = C.double(it.Probability)
+		indices = s.fill(b, keep != 0, keys, probs, prios, rows, times)
+		if ncols == 0 {
+			break
 		}
-		if pr != nil {
-			pr[i] = C.double(it.Priority)
+		err := s.collect(ctx, t, keep != 0, indices, colIdx, dst, len(b.Items))
+		if err == nil {
+			break
 		}
-		if rs != nil {
-			rs[i] = C.int64_t(it.Index)
-		}
-		if ts != nil {
-			ts[i] = C.int64_t(it.TimesSampled)
-		}
-		indices = append(indices, it.Index)
-	}
-	if ncols > 0 {
-		var names []string
-		var out [][]byte
-		if keep == 0 {
-			names, out = s.cols[:0], s.dst[:0]
-		}
-		ptrs := unsafe.Slice(dst, int(ncols))
-		for j, c := range colIdx {
-			names = append(names, s.names[c])
-			out = append(out, unsafe.Slice((*byte)(ptrs[j]), k*s.bytes[c]))
-		}
-		if _, err := t.CollectInto(ctx, out, indices, names, sample.Window{}); err != nil {
+		if ctx.Err() != nil || errors.Is(err, sample.ErrClosed) || try >= 16 {
 			if keep != 0 {
 				b.Release()
 			}
 			return fail(err)
 		}
-		if keep == 0 {
-			s.cols, s.dst = names, out
-		}
 	}
+	k := len(b.Items)
 	if keep == 0 {
 		s.indices = indices
 	} else {
@@ -620,4 +594,58 @@ func gear_table_wait_admitted(h C.uint64_t, ms C.int64_t) (st C.int32_t) {
 	ctx, cancel := timeoutCtx(ms)
 	defer cancel()
 	return fail(t.WaitAdmitted(ctx, s.shard.CommitSeq()))
+}
+
+// fill writes the batch's items into the caller's arrays (any may be NULL) and
+// returns their rows.
+func (s *shardHandle) fill(b *sample.Batch, keep bool, keys *C.uint64_t, probs, prios *C.double, rows, times *C.int64_t) []int {
+	k := len(b.Items)
+	ks := sliceOr(keys, k)
+	ps, pr := sliceOr(probs, k), sliceOr(prios, k)
+	rs, ts := sliceOr(rows, k), sliceOr(times, k)
+	indices := s.indices[:0]
+	if keep {
+		indices = make([]int, 0, k)
+	}
+	for i, it := range b.Items {
+		if ks != nil {
+			ks[i] = C.uint64_t(it.Key)
+		}
+		if ps != nil {
+			ps[i] = C.double(it.Probability)
+		}
+		if pr != nil {
+			pr[i] = C.double(it.Priority)
+		}
+		if rs != nil {
+			rs[i] = C.int64_t(it.Index)
+		}
+		if ts != nil {
+			ts[i] = C.int64_t(it.TimesSampled)
+		}
+		indices = append(indices, it.Index)
+	}
+	if !keep {
+		s.indices = indices
+	}
+	return indices
+}
+
+// collect gathers columns colIdx of rows indices into the caller's buffers.
+func (s *shardHandle) collect(ctx context.Context, t *sample.ShardTable, keep bool, indices []int, colIdx []C.int32_t, dst *unsafe.Pointer, k int) error {
+	var names []string
+	var out [][]byte
+	if !keep {
+		names, out = s.cols[:0], s.dst[:0]
+	}
+	ptrs := unsafe.Slice(dst, len(colIdx))
+	for j, c := range colIdx {
+		names = append(names, s.names[c])
+		out = append(out, unsafe.Slice((*byte)(ptrs[j]), k*s.bytes[c]))
+	}
+	_, err := t.CollectInto(ctx, out, indices, names, sample.Window{})
+	if !keep {
+		s.cols, s.dst = names, out
+	}
+	return err
 }
