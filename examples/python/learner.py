@@ -15,7 +15,7 @@ from torch import nn
 from common import HIDDEN, NPARAMS, PARAMS, STATUS, CartPole, gear
 
 BATCH = 128
-GAMMA = 0.99
+TAU = 0.01
 
 
 def net():
@@ -63,27 +63,28 @@ def main():
         obs, nxt = torch.from_numpy(d["obs"]), torch.from_numpy(d["next_obs"])
         act = torch.from_numpy(d["action"].astype(np.int64))
         rew, disc = torch.from_numpy(d["reward"]), torch.from_numpy(d["discount"])
-        beta = min(1.0, 0.4 + updates / 20000)
+        beta = min(1.0, 0.4 + updates / 30000)
         w = torch.from_numpy(buf.probabilities ** -beta).float()
         w = w / w.max()
         with torch.no_grad():
             a2 = online(nxt).argmax(1, keepdim=True)
-            y = rew + GAMMA * disc * target(nxt).gather(1, a2).squeeze(1)
+            y = rew + disc * target(nxt).gather(1, a2).squeeze(1)
         q = online(obs).gather(1, act.unsqueeze(1)).squeeze(1)
         td = y - q
         loss = (w * nn.functional.smooth_l1_loss(q, y, reduction="none")).mean()
         opt.zero_grad()
         loss.backward()
+        nn.utils.clip_grad_norm_(online.parameters(), 10.0)
         opt.step()
         table.update_priorities(buf.keys, td.detach().abs().numpy() + 1e-3)
         updates += 1
-        with torch.no_grad():
+        with torch.no_grad():  # a soft target update (Polyak averaging)
             for p, tp in zip(online.parameters(), target.parameters()):
-                tp.mul_(0.99).add_(p, alpha=0.01)
-        if updates % 20 == 0:
+                tp.mul_(1 - TAU).add_(p, alpha=TAU)
+        if updates % 10 == 0:
             version += 1
             theta.publish(version, flat(online))
-        if updates % 500 == 0:
+        if updates % 250 == 0:
             score = evaluate(online)
             best = max(best, score)
             info = table.info()
@@ -94,10 +95,10 @@ def main():
     status.publish(2, np.ones(1, np.float32))
     print(f"solved: mean return {score:.1f} over 100 episodes after {updates} updates, "
           f"{table.info()['inserts']} frames, {time.time() - t0:.1f} s", flush=True)
+    table.close()  # the actors' inserts now fail with gear.Closed: their cue to stop
     world.barrier(timeout=60)
     theta.close()
     status.close()
-    table.close()
     world.close()
 
 
