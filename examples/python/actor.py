@@ -1,8 +1,8 @@
 """The DQN example's actor: steps 16 numpy CartPoles with an epsilon-greedy
 policy read from the learner's parameter service, and writes every transition
-straight into the learner's gear table (a Writer on its shard), as 3-step
-transitions: reward the discounted sum of 3 rewards, discount gamma^3 (0
-when the pole fell on the way)."""
+straight into the learner's gear table (a Writer on its shard), as NSTEP-step
+transitions: reward the discounted sum of NSTEP rewards, discount
+gamma^NSTEP (0 when the pole fell on the way)."""
 
 import time
 
@@ -11,7 +11,7 @@ import numpy as np
 from common import NPARAMS, PARAMS, STATUS, CartPole, gear, q_numpy
 
 ENVS = 16
-NSTEP = 3
+NSTEP = 1
 GAMMA = 0.99
 
 

@@ -63,7 +63,7 @@ def main():
         obs, nxt = torch.from_numpy(d["obs"]), torch.from_numpy(d["next_obs"])
         act = torch.from_numpy(d["action"].astype(np.int64))
         rew, disc = torch.from_numpy(d["reward"]), torch.from_numpy(d["discount"])
-        beta = min(1.0, 0.4 + updates / 30000)
+        beta = min(1.0, 0.4 + updates / 20000)
         w = torch.from_numpy(buf.probabilities ** -beta).float()
         w = w / w.max()
         with torch.no_grad():
@@ -81,7 +81,7 @@ def main():
         with torch.no_grad():  # a soft target update (Polyak averaging)
             for p, tp in zip(online.parameters(), target.parameters()):
                 tp.mul_(1 - TAU).add_(p, alpha=TAU)
-        if updates % 10 == 0:
+        if updates % 20 == 0:
             version += 1
             theta.publish(version, flat(online))
         if updates % 250 == 0:
