@@ -59,7 +59,7 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzDecodeHeader$$' ./collective
 	$(FUZZ) -fuzz='^FuzzParseName$$' ./internal/shmname
 
-test: fmt-check vet lint tidy-check build unit race fuzz
+test: fmt-check vet lint tidy-check build unit race fuzz python-test
 
 # ptx regenerates the embedded PTX from the CUDA sources (no GPU needed) and
 # records the hashes that TestSumsMatchSources checks, and the compiler's
@@ -68,3 +68,16 @@ ptx:
 	$(NVCC) -ptx -arch=compute_80 -o $(KERNELS)/gear.ptx $(KERNELS)/gear.cu
 	$(NVCC) --version 2>/dev/null | grep -m1 'Cuda compilation tools' > $(KERNELS)/NVCC_VERSION
 	cd $(KERNELS) && sha256sum *.cu *.cuh gear.ptx > SHA256SUMS
+
+# python builds libgear (the C ABI, cmd/libgear) into the Python package, so
+# that `python3 -m pytest python` and `pip install ./python` find it.
+PYTHON ?= /usr/bin/python3
+.PHONY: python python-test
+python:
+	$(GO) build -buildmode=c-shared -o python/gear/libgear.so ./cmd/libgear
+	mv python/gear/libgear.h python/gear/gear.h
+
+# python-test runs the Python package's tests; with GEAR_REQUIRE_PYTHON=1 a
+# skipped test fails the run (python/tests/conftest.py).
+python-test: python
+	$(PYTHON) -m pytest -q -rs python/tests

@@ -1,0 +1,651 @@
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/gear-rl/gear/jobs"
+	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/store"
+)
+
+// shardHandle is an open shard: a table's owner (st set) or a writer.
+type shardHandle struct {
+	// mu is held shared by every call that touches the mapping and
+	// exclusively by close, which unmaps it.
+	mu     sync.RWMutex
+	closed bool
+	shard  *store.Shard
+	st     *sample.ShardTable // nil for a writer
+	names  []string
+	bytes  []int // block bytes per column
+
+	pendMu sync.Mutex
+	pend   map[int]store.Pending
+
+	// sampleMu serializes the calls that use batch and dst.
+	sampleMu sync.Mutex
+	batch    sample.Batch
+	indices  []int
+	dst      [][]byte
+	cols     []string
+}
+
+func newShardHandle(s *store.Shard, st *sample.ShardTable) *shardHandle {
+	h := &shardHandle{shard: s, st: st, pend: map[int]store.Pending{}}
+	for c, col := range s.Spec().Columns {
+		h.names = append(h.names, col.Name)
+		h.bytes = append(h.bytes, s.BlockBytes(c))
+	}
+	return h
+}
+
+func (h *shardHandle) close() error {
+	var err error
+	if h.st != nil {
+		err = h.st.Close() // wakes the waiting samples first
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return err
+	}
+	h.closed = true
+	return errors.Join(err, h.shard.Close())
+}
+
+// use returns the open handle h with its lock held shared; call the returned
+// function to let go of it.
+func use(h C.uint64_t) (*shardHandle, func(), error) {
+	s, err := lookup[*shardHandle](h)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return nil, nil, errHandle
+	}
+	return s, s.mu.RUnlock, nil
+}
+
+func (h *shardHandle) table() (*sample.ShardTable, error) {
+	if h.st == nil {
+		return nil, invalidf("shard %q: a writer's handle has no table (only the owner samples)", h.shard.Name())
+	}
+	return h.st, nil
+}
+
+// buildTable decodes a job spec's [table] (a whole job spec, or a document
+// with only its [table]) with package jobs and builds it for one shard, with
+// extra rows beyond the table's capacity for writers in flight.
+func buildTable(spec string, extra int) (store.Spec, sample.Config, error) {
+	s, err := jobs.Decode([]byte(spec), "")
+	if err != nil {
+		return store.Spec{}, sample.Config{}, err
+	}
+	if s.Table == nil {
+		return store.Spec{}, sample.Config{}, invalidf("the spec has no [table]")
+	}
+	s.SetDefaults()
+	ss, rt, err := s.Table.Build(1)
+	if err != nil {
+		return store.Spec{}, sample.Config{}, err
+	}
+	if extra < 0 {
+		return store.Spec{}, sample.Config{}, invalidf("extra rows %d: want >= 0", extra)
+	}
+	ss.Capacity += extra
+	cfg, err := sample.NewConfig(rt)
+	return ss, cfg, err
+}
+
+// gear_table_create creates the shard segment (a whole shared-memory segment
+// name, such as gear_segment_name gives) with the table spec describes (a job
+// spec's TOML, or its [table] alone) and the table over it, whose random
+// choices seed fixes; extra is the number of rows beyond the table's capacity
+// for writers in flight. It stores the table's handle in out.
+//
+//export gear_table_create
+func gear_table_create(spec *C.char, specLen C.int64_t, seg *C.char, segLen C.int64_t, seed C.uint64_t, extra C.int64_t, out *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	ss, cfg, err := buildTable(gostring(spec, specLen), int(extra))
+	if err != nil {
+		return fail(err)
+	}
+	name := gostring(seg, segLen)
+	s, err := store.Create(name, ss)
+	if err != nil {
+		return fail(err)
+	}
+	cfg.Seed = uint64(seed)
+	t, err := sample.NewShardTable(s, cfg)
+	if err != nil {
+		s.Close()
+		return fail(err)
+	}
+	*out = register(newShardHandle(s, t))
+	return statusOK
+}
+
+// gear_table_restore starts making the shard seg from the checkpoint at path
+// and the table over it (spec, seed and extra as for gear_table_create); the
+// operation's result is the table's handle.
+//
+//export gear_table_restore
+func gear_table_restore(spec *C.char, specLen C.int64_t, path *C.char, pathLen C.int64_t, seg *C.char, segLen C.int64_t, seed C.uint64_t, extra C.int64_t, opOut *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	ss, cfg, err := buildTable(gostring(spec, specLen), int(extra))
+	if err != nil {
+		return fail(err)
+	}
+	p, name := gostring(path, pathLen), gostring(seg, segLen)
+	return start(opOut, func(ctx context.Context) (C.uint64_t, error) {
+		s, err := store.Restore(ctx, p, name, store.WithSpec(ss))
+		if err != nil {
+			return 0, err
+		}
+		cfg.Seed = uint64(seed)
+		t, err := sample.NewShardTable(s, cfg)
+		if err != nil {
+			s.Close()
+			return 0, err
+		}
+		return register(newShardHandle(s, t)), nil
+	})
+}
+
+// gear_table_checkpoint starts writing the table's shard to path.
+//
+//export gear_table_checkpoint
+func gear_table_checkpoint(h C.uint64_t, path *C.char, pathLen C.int64_t, opOut *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, err := lookup[*shardHandle](h)
+	if err != nil {
+		return fail(err)
+	}
+	p := gostring(path, pathLen)
+	return start(opOut, func(ctx context.Context) (C.uint64_t, error) {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		if s.closed {
+			return 0, errHandle
+		}
+		return 0, s.shard.Checkpoint(ctx, p)
+	})
+}
+
+// gear_shard_attach maps the existing shard seg as a writer, waiting up to ms
+// milliseconds while its owner sets it up, and stores the writer's handle.
+//
+//export gear_shard_attach
+func gear_shard_attach(seg *C.char, segLen C.int64_t, ms C.int64_t, out *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	ctx, cancel := timeoutCtx(ms)
+	defer cancel()
+	s, err := store.Attach(ctx, gostring(seg, segLen))
+	if err != nil {
+		return fail(err)
+	}
+	*out = register(newShardHandle(s, nil))
+	return statusOK
+}
+
+type layoutColumn struct {
+	Name       string `json:"name"`
+	DType      string `json:"dtype"`
+	Shape      []int  `json:"shape"`
+	Length     int    `json:"length"`
+	Offset     int    `json:"offset"`
+	Stride     int    `json:"stride"`
+	BlockBytes int    `json:"block_bytes"`
+}
+
+// gear_shard_layout writes the shard's layout as JSON into buf: segment,
+// capacity, owner, mapping_addr and mapping_len (the segment's mapping in this
+// process), and per column its name, dtype (store's name), shape, length
+// (frames per row), offset (of its column table in the mapping), stride
+// (bytes from one row's block to the next) and block_bytes.
+//
+//export gear_shard_layout
+func gear_shard_layout(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, done, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer done()
+	m := s.shard.Mapping()
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
+	var cols []layoutColumn
+	for c, col := range s.shard.Spec().Columns {
+		t := s.shard.ColumnTable(c)
+		cols = append(cols, layoutColumn{
+			Name: col.Name, DType: col.DType.String(), Shape: append([]int{}, col.Shape...), Length: col.Length,
+			Offset: int(uintptr(unsafe.Pointer(unsafe.SliceData(t)))-base) + s.shard.BlockOffset(c, 0),
+			Stride: s.shard.BlockStride(c), BlockBytes: s.shard.BlockBytes(c),
+		})
+	}
+	b, err := json.Marshal(map[string]any{
+		"segment": s.shard.Name(), "capacity": s.shard.Capacity(), "owner": s.st != nil,
+		"mapping_addr": uint64(base), "mapping_len": len(m), "columns": cols,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	copyOut(string(b), buf, capacity, n)
+	return statusOK
+}
+
+// gear_shard_allocate takes a free row for writing in place, waiting up to ms
+// milliseconds while the shard is full (GEAR_TIMEOUT then, with nothing
+// taken), and stores its index in row. The row's blocks lie at the offsets
+// gear_shard_layout gives; the caller fills them, then commits or aborts.
+//
+//export gear_shard_allocate
+func gear_shard_allocate(h C.uint64_t, ms C.int64_t, row *C.int64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, done, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer done()
+	ctx, cancel := timeoutCtx(ms)
+	defer cancel()
+	p, err := s.shard.Allocate(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	s.pendMu.Lock()
+	s.pend[p.Index()] = p
+	s.pendMu.Unlock()
+	*row = C.int64_t(p.Index())
+	return statusOK
+}
+
+func (s *shardHandle) takePending(row C.int64_t) (store.Pending, error) {
+	s.pendMu.Lock()
+	defer s.pendMu.Unlock()
+	p, ok := s.pend[int(row)]
+	if !ok {
+		return p, invalidf("shard %q: row %d is not being written through this handle", s.shard.Name(), int64(row))
+	}
+	delete(s.pend, int(row))
+	return p, nil
+}
+
+// gear_shard_commit makes the allocated row selectable with priority, and with
+// key when hasKey is not 0 (else its insertion sequence is its key); it stores
+// the row's insertion sequence in seq (may be NULL).
+//
+//export gear_shard_commit
+func gear_shard_commit(h C.uint64_t, row C.int64_t, hasKey C.int32_t, key C.uint64_t, priority C.double, seq *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, done, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer done()
+	p, err := s.takePending(row)
+	if err != nil {
+		return fail(err)
+	}
+	var ref store.Ref
+	if hasKey != 0 {
+		ref, err = p.CommitKey(uint64(key), float64(priority))
+	} else {
+		ref, err = p.Commit(float64(priority))
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if seq != nil {
+		*seq = C.uint64_t(ref.Seq)
+	}
+	return statusOK
+}
+
+// gear_shard_abort gives an allocated row back without committing it.
+//
+//export gear_shard_abort
+func gear_shard_abort(h C.uint64_t, row C.int64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, done, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer done()
+	p, err := s.takePending(row)
+	if err != nil {
+		return fail(err)
+	}
+	return fail(p.Abort())
+}
+
+// gear_shard_insert inserts n rows: row i's column c is block_bytes(c) bytes
+// at src[c] + i*block_bytes(c) (src has one pointer per column, in the
+// layout's order), its priority priorities[i] and its key keys[i] (keys may be
+// NULL: insertion sequences). It waits up to ms milliseconds for each free
+// row; done counts the rows committed, also when it fails partway (the rows
+// from done on were not).
+//
+//export gear_shard_insert
+func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *C.double, ncols C.int32_t, src *unsafe.Pointer, ms C.int64_t, done *C.int64_t) (st C.int32_t) {
+	defer guard(&st)
+	*done = 0
+	s, unlock, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+	if int(ncols) != len(s.names) || src == nil || priorities == nil || n < 0 {
+		return fail(invalidf("shard %q: insert of %d rows with %d column buffers: want %d, and priorities", s.shard.Name(), int64(n), int32(ncols), len(s.names)))
+	}
+	cols := unsafe.Slice(src, int(ncols))
+	prio := unsafe.Slice((*float64)(unsafe.Pointer(priorities)), int(n))
+	var ks []uint64
+	if keys != nil {
+		ks = unsafe.Slice((*uint64)(unsafe.Pointer(keys)), int(n))
+	}
+	ctx, cancel := timeoutCtx(ms)
+	defer cancel()
+	for i := 0; i < int(n); i++ {
+		p, err := s.shard.Allocate(ctx)
+		if err != nil {
+			return fail(err)
+		}
+		for c, bb := range s.bytes {
+			copy(p.Block(c), unsafe.Slice((*byte)(unsafe.Add(cols[c], i*bb)), bb))
+		}
+		if ks != nil {
+			_, err = p.CommitKey(ks[i], prio[i])
+		} else {
+			_, err = p.Commit(prio[i])
+		}
+		if err != nil {
+			return fail(err)
+		}
+		*done = C.int64_t(i + 1)
+	}
+	return statusOK
+}
+
+// batchHandle is a sampled batch the caller holds (gear_table_sample with keep).
+type batchHandle struct {
+	s *shardHandle
+	b *sample.Batch
+}
+
+func (b *batchHandle) close() error {
+	b.s.mu.RLock()
+	defer b.s.mu.RUnlock()
+	if !b.s.closed {
+		b.b.Release()
+	}
+	return nil
+}
+
+// gear_table_sample samples a batch of 1 to n items, waiting up to ms
+// milliseconds for the first (GEAR_TIMEOUT then, with nothing sampled), and
+// writes got items' keys, probabilities, priorities, rows (the local indices
+// of the shard) and times sampled into the arrays given (each of n elements;
+// any may be NULL). With ncols > 0 it also collects columns cols (indices in
+// the layout's order) of the items, in order, into dst[k] (got*block_bytes
+// bytes each). With keep 0 the batch is released before the call returns;
+// otherwise its handle is stored in batchOut and its rows stay readable (also
+// those the sample deleted, by max_times_sampled) until gear_close(batch).
+//
+//export gear_table_sample
+func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
+	keys *C.uint64_t, probs, prios *C.double, rows, times *C.int64_t,
+	ncols C.int32_t, cols *C.int32_t, dst *unsafe.Pointer, got *C.int64_t, batchOut *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	*got = 0
+	s, unlock, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+	t, err := s.table()
+	if err != nil {
+		return fail(err)
+	}
+	if n < 1 {
+		return fail(invalidf("table %q: sample of %d items: want at least 1", t.Name(), int64(n)))
+	}
+	if ncols < 0 || (ncols > 0 && (cols == nil || dst == nil)) {
+		return fail(invalidf("table %q: %d columns to collect without their buffers", t.Name(), int32(ncols)))
+	}
+	var colIdx []C.int32_t
+	if ncols > 0 {
+		colIdx = unsafe.Slice(cols, int(ncols))
+		for _, c := range colIdx {
+			if c < 0 || int(c) >= len(s.names) {
+				return fail(invalidf("table %q: column index %d of %d", t.Name(), int32(c), len(s.names)))
+			}
+		}
+	}
+	ctx, cancel := timeoutCtx(ms)
+	defer cancel()
+
+	var b *sample.Batch
+	if keep != 0 {
+		if batchOut == nil {
+			return fail(invalidf("table %q: keep without a batch pointer", t.Name()))
+		}
+		b = new(sample.Batch)
+	} else {
+		s.sampleMu.Lock()
+		defer s.sampleMu.Unlock()
+		b = &s.batch
+		defer b.Release()
+	}
+	// The remover may evict a sampled item (one the sample did not delete,
+	// so its batch does not hold it) between the sample and the collection:
+	// the collection then fails, and the batch is sampled again.
+	var indices []int
+	for try := 0; ; try++ {
+		if err := t.SampleInto(ctx, b, int(n)); err != nil {
+			return fail(err)
+		}
+		indices = s.fill(b, keep != 0, keys, probs, prios, rows, times)
+		if ncols == 0 {
+			break
+		}
+		err := s.collect(ctx, t, keep != 0, indices, colIdx, dst, len(b.Items))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || errors.Is(err, sample.ErrClosed) || try >= 16 {
+			if keep != 0 {
+				b.Release()
+			}
+			return fail(err)
+		}
+	}
+	k := len(b.Items)
+	if keep == 0 {
+		s.indices = indices
+	} else {
+		*batchOut = register(&batchHandle{s: s, b: b})
+	}
+	*got = C.int64_t(k)
+	return statusOK
+}
+
+// sliceOr is p as a slice of n elements, or nil.
+func sliceOr[T any](p *T, n int) []T {
+	if p == nil {
+		return nil
+	}
+	return unsafe.Slice(p, n)
+}
+
+// gear_table_mutate sets the priorities of nup items (ukeys[i] to uprios[i])
+// and deletes ndel items (dkeys), as sample.ShardTable.MutatePriorities.
+//
+//export gear_table_mutate
+func gear_table_mutate(h C.uint64_t, nup C.int64_t, ukeys *C.uint64_t, uprios *C.double, ndel C.int64_t, dkeys *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, unlock, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+	t, err := s.table()
+	if err != nil {
+		return fail(err)
+	}
+	if nup < 0 || ndel < 0 || (nup > 0 && (ukeys == nil || uprios == nil)) || (ndel > 0 && dkeys == nil) {
+		return fail(invalidf("table %q: %d updates and %d deletes without their arrays", t.Name(), int64(nup), int64(ndel)))
+	}
+	ups := make([]sample.Update, nup)
+	uk, up := sliceOr(ukeys, int(nup)), sliceOr(uprios, int(nup))
+	for i := range ups {
+		ups[i] = sample.Update{Key: uint64(uk[i]), Priority: float64(up[i])}
+	}
+	var dels []uint64
+	if ndel > 0 {
+		dels = unsafe.Slice((*uint64)(unsafe.Pointer(dkeys)), int(ndel))
+	}
+	return fail(t.MutatePriorities(ups, dels))
+}
+
+// gear_table_reset deletes every item of the table.
+//
+//export gear_table_reset
+func gear_table_reset(h C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, unlock, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+	t, err := s.table()
+	if err != nil {
+		return fail(err)
+	}
+	return fail(t.Reset())
+}
+
+// gear_table_info writes the table's state as JSON into buf: name, size,
+// max_size, max_times_sampled, sampler, remover, inserts, samples, deletes,
+// unique_samples, blocked_inserts, blocked_samples, admitted, held, refused,
+// last_refusal, limiter (its fields as Go names them), and shard (commits,
+// capacity).
+//
+//export gear_table_info
+func gear_table_info(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, unlock, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+	t, err := s.table()
+	if err != nil {
+		return fail(err)
+	}
+	i := t.Info()
+	refusal := ""
+	if i.LastRefusal != nil {
+		refusal = i.LastRefusal.Error()
+	}
+	b, err := json.Marshal(map[string]any{
+		"name": i.Name, "size": i.Size, "max_size": i.MaxSize, "max_times_sampled": i.MaxTimesSampled,
+		"sampler": i.Sampler.String(), "remover": i.Remover.String(),
+		"inserts": i.Inserts, "samples": i.Samples, "deletes": i.Deletes, "unique_samples": i.UniqueSamples,
+		"blocked_inserts": i.BlockedInserts, "blocked_samples": i.BlockedSamples,
+		"admitted": i.Admitted, "held": i.Held, "refused": i.Refused, "last_refusal": refusal,
+		"existing": i.Existing, "limiter": i.Limiter,
+		"commits": s.shard.CommitSeq(), "capacity": s.shard.Capacity(),
+	})
+	if err != nil {
+		return fail(fmt.Errorf("libgear: table %q: info: %w", i.Name, err))
+	}
+	copyOut(string(b), buf, capacity, n)
+	return statusOK
+}
+
+// gear_table_wait_admitted waits up to ms milliseconds until the table has
+// admitted every commit made so far to its shard (GEAR_TIMEOUT otherwise).
+//
+//export gear_table_wait_admitted
+func gear_table_wait_admitted(h C.uint64_t, ms C.int64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, unlock, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+	t, err := s.table()
+	if err != nil {
+		return fail(err)
+	}
+	ctx, cancel := timeoutCtx(ms)
+	defer cancel()
+	return fail(t.WaitAdmitted(ctx, s.shard.CommitSeq()))
+}
+
+// fill writes the batch's items into the caller's arrays (any may be NULL) and
+// returns their rows.
+func (s *shardHandle) fill(b *sample.Batch, keep bool, keys *C.uint64_t, probs, prios *C.double, rows, times *C.int64_t) []int {
+	k := len(b.Items)
+	ks := sliceOr(keys, k)
+	ps, pr := sliceOr(probs, k), sliceOr(prios, k)
+	rs, ts := sliceOr(rows, k), sliceOr(times, k)
+	indices := s.indices[:0]
+	if keep {
+		indices = make([]int, 0, k)
+	}
+	for i, it := range b.Items {
+		if ks != nil {
+			ks[i] = C.uint64_t(it.Key)
+		}
+		if ps != nil {
+			ps[i] = C.double(it.Probability)
+		}
+		if pr != nil {
+			pr[i] = C.double(it.Priority)
+		}
+		if rs != nil {
+			rs[i] = C.int64_t(it.Index)
+		}
+		if ts != nil {
+			ts[i] = C.int64_t(it.TimesSampled)
+		}
+		indices = append(indices, it.Index)
+	}
+	if !keep {
+		s.indices = indices
+	}
+	return indices
+}
+
+// collect gathers columns colIdx of rows indices into the caller's buffers.
+func (s *shardHandle) collect(ctx context.Context, t *sample.ShardTable, keep bool, indices []int, colIdx []C.int32_t, dst *unsafe.Pointer, k int) error {
+	var names []string
+	var out [][]byte
+	if !keep {
+		names, out = s.cols[:0], s.dst[:0]
+	}
+	ptrs := unsafe.Slice(dst, len(colIdx))
+	for j, c := range colIdx {
+		names = append(names, s.names[c])
+		out = append(out, unsafe.Slice((*byte)(ptrs[j]), k*s.bytes[c]))
+	}
+	_, err := t.CollectInto(ctx, out, indices, names, sample.Window{})
+	if !keep {
+		s.cols, s.dst = names, out
+	}
+	return err
+}

@@ -1,0 +1,163 @@
+"""gear's Python benchmark: rows/s of a gear table against a plain numpy ring
+buffer in the same process (the floor), and of two writer processes against
+one. Rows are 400 B (obs: 96 float32, action, reward, discount, flags).
+
+    make python && /usr/bin/python3 python/bench.py [--seconds 2]
+
+Each figure is the median of --repeats timed runs; ratios are gear / numpy.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gear  # noqa: E402
+
+COLUMNS = [
+    {"name": "obs", "dtype": "float32", "shape": [96]},
+    {"name": "action", "dtype": "int32"},
+    {"name": "reward", "dtype": "float32"},
+    {"name": "discount", "dtype": "float32"},
+    {"name": "flags", "dtype": "int32"},
+]
+ROW_BYTES = 400
+B = 256
+
+
+def rows(n, rng):
+    return {"obs": rng.standard_normal((n, 96), dtype=np.float32), "action": rng.integers(0, 4, n, dtype=np.int32),
+            "reward": rng.standard_normal(n, dtype=np.float32), "discount": np.full(n, 0.99, np.float32),
+            "flags": np.zeros(n, np.int32)}
+
+
+class Ring:
+    """The floor: a numpy ring buffer of the same columns."""
+
+    def __init__(self, cap):
+        self.cap, self.n, self.i = cap, 0, 0
+        self.cols = {"obs": np.zeros((cap, 96), np.float32), "action": np.zeros(cap, np.int32),
+                     "reward": np.zeros(cap, np.float32), "discount": np.zeros(cap, np.float32),
+                     "flags": np.zeros(cap, np.int32)}
+        self.prio = np.zeros(cap)
+
+    def insert(self, priority=1.0, **row):
+        i = self.i
+        for k, v in row.items():
+            self.cols[k][i] = v
+        self.prio[i] = priority
+        self.i = (i + 1) % self.cap
+        self.n = min(self.n + 1, self.cap)
+
+    def insert_batch(self, cols, priority=1.0):
+        n = len(cols["obs"])
+        idx = (self.i + np.arange(n)) % self.cap
+        for k, v in cols.items():
+            self.cols[k][idx] = v
+        self.prio[idx] = priority
+        self.i = (self.i + n) % self.cap
+        self.n = min(self.n + n, self.cap)
+
+    def sample(self, n, rng):
+        idx = rng.integers(0, self.n, n)
+        return idx, {k: v[idx] for k, v in self.cols.items()}
+
+
+def timed(f, seconds):
+    """Calls f (which returns rows done) for about seconds; returns rows/s."""
+    done, t0 = 0, time.perf_counter()
+    while True:
+        done += f()
+        dt = time.perf_counter() - t0
+        if dt >= seconds:
+            return done / dt
+
+
+def writer_proc(segment, seconds, start_at):
+    """A writer process: insert batches into segment until seconds pass."""
+    rng = np.random.default_rng(os.getpid())
+    w = gear.Writer(segment)
+    data = rows(B, rng)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    done, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        done += w.insert_batch(data, 1.0)
+    print(done / (time.perf_counter() - t0), flush=True)
+    w.close()
+
+
+def writers(segment, k, seconds):
+    """Rows/s of k writer processes together."""
+    start_at = time.time() + 1.5
+    ps = [subprocess.Popen([sys.executable, __file__, "--writer", segment, str(seconds), str(start_at)],
+                           stdout=subprocess.PIPE, text=True) for _ in range(k)]
+    rates = [float(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
+    return sum(rates)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--capacity", type=int, default=100000)
+    ap.add_argument("--writer-capacity", type=int, default=1000000,
+                    help="rows of the fresh tables the writer processes fill (400 B each)")
+    ap.add_argument("--writer", nargs=3)
+    a = ap.parse_args()
+    if a.writer:
+        writer_proc(a.writer[0], float(a.writer[1]), float(a.writer[2]))
+        return
+    rng = np.random.default_rng(0)
+    t = gear.Table(name="bench", capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
+                   extra_rows=4096)
+    ring = Ring(a.capacity)
+    one = {k: v[0] for k, v in rows(1, rng).items()}
+    batch = rows(B, rng)
+    for _ in range(a.capacity // B + 1):
+        t.insert_batch(batch)
+        ring.insert_batch(batch)
+    t.wait_admitted(30)
+    srng = np.random.default_rng(1)
+
+    def gear_sample():
+        return len(t.sample(B).keys)
+
+    def ring_sample():
+        return len(ring.sample(B, srng)[0])
+
+    cases = [
+        ("insert, one row a call", lambda: (t.insert(1.0, **one), 1)[1], lambda: (ring.insert(1.0, **one), 1)[1]),
+        (f"insert_batch, {B} rows a call", lambda: t.insert_batch(batch), lambda: (ring.insert_batch(batch), B)[1]),
+        (f"sample+collect, batches of {B}", gear_sample, ring_sample),
+    ]
+    print(f"rows of {ROW_BYTES} B, table capacity {a.capacity}, median of {a.repeats} runs of {a.seconds} s")
+    print(f"{'case':34} {'gear rows/s':>14} {'numpy ring rows/s':>18} {'gear/numpy':>11}")
+    for name, g, r in cases:
+        gs = statistics.median(timed(g, a.seconds) for _ in range(a.repeats))
+        rs = statistics.median(timed(r, a.seconds) for _ in range(a.repeats))
+        print(f"{name:34} {gs:14,.0f} {rs:18,.0f} {gs / rs:11.2f}", flush=True)
+    one_w = statistics.median(writers(t.segment, 1, a.seconds) for _ in range(a.repeats))
+    two_w = statistics.median(writers(t.segment, 2, a.seconds) for _ in range(a.repeats))
+    print(f"{'writer processes, full table':34} one {one_w:,.0f} rows/s, two {two_w:,.0f} rows/s: {two_w / one_w:.2f}x")
+    t.close()
+
+    def fresh(k):
+        """k writers into a fresh table with room for every row they write."""
+        f = gear.Table(name="fresh", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096)
+        try:
+            return writers(f.segment, k, a.seconds)
+        finally:
+            f.close()
+    one_f = statistics.median(fresh(1) for _ in range(a.repeats))
+    two_f = statistics.median(fresh(2) for _ in range(a.repeats))
+    print(f"{'writer processes, table with room':34} one {one_f:,.0f} rows/s, two {two_f:,.0f} rows/s: {two_f / one_f:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

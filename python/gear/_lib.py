@@ -1,0 +1,174 @@
+"""The ctypes binding of libgear (cmd/libgear): loading, statuses, errors and
+the wait loop that keeps blocking calls responsive to Ctrl-C."""
+
+import ctypes
+import os
+import time
+
+OK, ERROR, CLOSED, TIMEOUT, INVALID, PENDING = 0, 1, 2, 3, 4, 5
+
+# The slice, in milliseconds, in which blocking calls wait before Python looks
+# at its signals again: a Ctrl-C is seen within about this long.
+SLICE_MS = 20
+
+
+class Error(Exception):
+    """An error of gear; its text is the Go error's, whole."""
+
+
+class Closed(Error):
+    """The object (table, shard, world, stream) is closed."""
+
+
+class Timeout(Error):
+    """A blocking call's timeout passed first."""
+
+
+class InvalidArgument(Error, ValueError):
+    """An argument gear refuses (a bad name, parameter, handle or size)."""
+
+
+_CLASSES = {ERROR: Error, CLOSED: Closed, TIMEOUT: Timeout, INVALID: InvalidArgument}
+
+_u64, _i64, _i32, _dbl = ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
+_p = ctypes.c_void_p
+_cp = ctypes.c_char_p
+_P = ctypes.POINTER
+
+# Each export's argument types, as gear.h declares them.
+_SIGS = {
+    "gear_last_error": ([_cp, _i64], _i64),
+    "gear_close": ([_u64], _i32),
+    "gear_op_wait": ([_u64, _i64], _i32),
+    "gear_op_cancel": ([_u64], _i32),
+    "gear_op_result": ([_u64, _P(_u64)], _i32),
+    "gear_init": ([_P(_u64)], _i32),
+    "gear_world_info": ([_u64, _cp, _i64, _P(_i64)], _i32),
+    "gear_segment_name": ([_cp, _i64, _cp, _i64, _P(_i64)], _i32),
+    "gear_allreduce": ([_u64, _p, _i64, _i32, _i32, _P(_u64)], _i32),
+    "gear_broadcast": ([_u64, _p, _i64, _i32, _i32, _P(_u64)], _i32),
+    "gear_allgather": ([_u64, _p, _i64, _p, _i32, _P(_u64)], _i32),
+    "gear_barrier": ([_u64, _P(_u64)], _i32),
+    "gear_table_create": ([_cp, _i64, _cp, _i64, _u64, _i64, _P(_u64)], _i32),
+    "gear_table_restore": ([_cp, _i64, _cp, _i64, _cp, _i64, _u64, _i64, _P(_u64)], _i32),
+    "gear_table_checkpoint": ([_u64, _cp, _i64, _P(_u64)], _i32),
+    "gear_shard_attach": ([_cp, _i64, _i64, _P(_u64)], _i32),
+    "gear_shard_layout": ([_u64, _cp, _i64, _P(_i64)], _i32),
+    "gear_shard_allocate": ([_u64, _i64, _P(_i64)], _i32),
+    "gear_shard_commit": ([_u64, _i64, _i32, _u64, _dbl, _P(_u64)], _i32),
+    "gear_shard_abort": ([_u64, _i64], _i32),
+    "gear_shard_insert": ([_u64, _i64, _p, _p, _i32, _p, _i64, _P(_i64)], _i32),
+    "gear_table_sample": ([_u64, _i64, _i64, _i32, _p, _p, _p, _p, _p, _i32, _p, _p, _P(_i64), _P(_u64)], _i32),
+    "gear_table_mutate": ([_u64, _i64, _p, _p, _i64, _p], _i32),
+    "gear_table_reset": ([_u64], _i32),
+    "gear_table_info": ([_u64, _cp, _i64, _P(_i64)], _i32),
+    "gear_table_wait_admitted": ([_u64, _i64], _i32),
+    "gear_param_publisher": ([_u64, _cp, _i64, _i64, _P(_u64)], _i32),
+    "gear_param_publish": ([_u64, _u64, _p, _i64, _P(_u64)], _i32),
+    "gear_param_reader": ([_u64, _cp, _i64, _P(_u64)], _i32),
+    "gear_param_len": ([_u64, _P(_i64)], _i32),
+    "gear_param_read": ([_u64, _u64, _i64, _p, _i64, _P(_u64)], _i32),
+}
+
+
+def _load():
+    path = os.environ.get("GEAR_LIB") or os.path.join(os.path.dirname(__file__), "libgear.so")
+    if not os.path.exists(path):
+        raise ImportError(
+            f"gear: {path} is missing: build it with `make python` (or set GEAR_LIB to a libgear.so)")
+    # Lazy binding: the NVML symbols that go-nvml (through package gmi) leaves
+    # undefined are resolved only if a GPU's library is ever loaded.
+    lib = ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    for name, (args, res) in _SIGS.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = args, res
+    return lib
+
+
+lib = _load()
+
+
+def last_error():
+    """The calling thread's last error text from libgear."""
+    buf = ctypes.create_string_buffer(512)
+    n = lib.gear_last_error(buf, len(buf))
+    if n > len(buf):
+        buf = ctypes.create_string_buffer(n)
+        n = lib.gear_last_error(buf, len(buf))
+    return buf.raw[:n].decode("utf-8", "replace")
+
+
+def check(status):
+    """Raise the exception of status (a libgear call's) unless it is OK."""
+    if status != OK:
+        raise _CLASSES.get(status, Error)(last_error())
+
+
+def text(fn, *args):
+    """Call a libgear function that writes text into a buffer; return the text."""
+    size = 4096
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = _i64()
+        check(fn(*args, buf, size, ctypes.byref(n)))
+        if n.value <= size:
+            return buf.raw[: n.value].decode()
+        size = n.value
+
+
+def deadline(timeout):
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def remaining_ms(end):
+    """The next slice to wait, in ms: SLICE_MS, or less before the deadline."""
+    if end is None:
+        return SLICE_MS
+    left = end - time.monotonic()
+    return max(0, min(SLICE_MS, int(left * 1000)))
+
+
+def sliced(call, timeout, what):
+    """Call call(ms) in slices of SLICE_MS until it returns anything but
+    TIMEOUT or timeout (seconds; None: forever) passes. Between slices Python
+    runs its signal handlers, so Ctrl-C raises KeyboardInterrupt at once."""
+    end = deadline(timeout)
+    while True:
+        st = call(remaining_ms(end))
+        if st != TIMEOUT:
+            check(st)
+            return
+        if end is not None and time.monotonic() >= end:
+            raise Timeout(f"gear: {what}: timed out after {timeout} s")
+
+
+def run_op(start, timeout, what):
+    """Start an operation (start(byref(op)) -> status), wait for it in slices
+    and return its result handle. On Ctrl-C or timeout the operation is
+    cancelled and waited for before the exception propagates."""
+    op = _u64()
+    check(start(ctypes.byref(op)))
+    end = deadline(timeout)
+    try:
+        while True:
+            st = lib.gear_op_wait(op, remaining_ms(end))
+            if st != PENDING:
+                check(st)
+                res = _u64()
+                check(lib.gear_op_result(op, ctypes.byref(res)))
+                return res.value
+            if end is not None and time.monotonic() >= end:
+                lib.gear_op_cancel(op)
+                lib.gear_op_wait(op, -1)
+                raise Timeout(f"gear: {what}: timed out after {timeout} s")
+    except BaseException:
+        lib.gear_op_cancel(op)
+        lib.gear_op_wait(op, -1)
+        raise
+    finally:
+        lib.gear_close(op)
+
+
+def cstr(s):
+    b = s.encode()
+    return b, len(b)

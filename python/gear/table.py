@@ -1,0 +1,460 @@
+"""Replay tables over gear shards: Table (the owner, who samples) and Writer
+(any process on the host, which inserts rows in place)."""
+
+import ctypes
+import json
+import os
+
+import numpy as np
+
+from . import _lib
+from ._lib import lib
+
+# store's dtype names as numpy dtypes (bfloat16 has none: its bits as uint16).
+_NUMPY = {
+    "float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.uint16,
+    "int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+    "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
+}
+
+_NULL = ctypes.c_void_p(0)
+
+
+def _toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise ValueError(f"gear: table spec: cannot write {v!r} ({type(v).__name__})")
+
+
+def table_spec(trajectory_length=1, **table):
+    """A job spec's [table] section as TOML, from its keys (the job spec's
+    names: name, capacity, trajectory_length, sampler, priority_exponent,
+    remover, max_times_sampled, columns as a list of dicts with name, dtype and
+    shape, rate_limiter as a dict with kind, min_size_to_sample,
+    samples_per_insert, error_buffer). gear checks the names and numbers
+    (jobs.Table.Build), not this function; trajectory_length defaults to 1
+    here (a job spec must give it)."""
+    table["trajectory_length"] = trajectory_length
+    lines = ["[table]"]
+    sub = {}
+    for k, v in table.items():
+        if v is None:
+            continue
+        if k in ("columns", "rate_limiter"):
+            sub[k] = v
+        else:
+            lines.append(f"{k} = {_toml_value(v)}")
+    if "rate_limiter" in sub:
+        lines.append("[table.rate_limiter]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in sub["rate_limiter"].items() if v is not None]
+    for col in sub.get("columns", ()):
+        lines.append("[[table.columns]]")
+        lines += [f"{k} = {_toml_value(v)}" for k, v in col.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+class Column:
+    """One column of a shard: name, dtype (numpy), shape of a frame, length
+    (frames per row) and the shape of one row, row_shape: shape when length
+    is 1, else (length, *shape)."""
+
+    def __init__(self, d, base):
+        self.name = d["name"]
+        self.gear_dtype = d["dtype"]
+        self.dtype = np.dtype(_NUMPY[d["dtype"]])
+        self.shape = tuple(d["shape"] or ())
+        self.length = d["length"]
+        self.row_shape = self.shape if self.length == 1 else (self.length,) + self.shape
+        self.block_bytes = d["block_bytes"]
+        cap = base["capacity"]
+        # Every row's block of this column, viewed in the shard's mapping.
+        raw = np.lib.stride_tricks.as_strided(
+            base["mapping"][d["offset"]:], shape=(cap, d["block_bytes"]), strides=(d["stride"], 1))
+        self.rows = raw.view(self.dtype).reshape((cap,) + self.row_shape)
+
+    def check(self, value, n=None):
+        """value as an array of this column's dtype and shape (n rows of it
+        when n is given), or ValueError naming the column."""
+        want = self.row_shape if n is None else (n,) + self.row_shape
+        if isinstance(value, np.ndarray) or hasattr(value, "numpy"):
+            a = value.numpy() if not isinstance(value, np.ndarray) else value
+            if a.dtype != self.dtype:
+                raise ValueError(f"gear: column {self.name!r}: dtype {a.dtype}, want {self.dtype} ({self.gear_dtype})")
+        else:
+            try:
+                a = np.asarray(value, dtype=self.dtype)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"gear: column {self.name!r}: {e}") from None
+        if a.shape != want:
+            if a.size == int(np.prod(want)) and n is not None and a.shape[:1] == (n,) and self.length == 1 and \
+                    a.shape[1:] == (1,) + self.shape:
+                a = a.reshape(want)
+            else:
+                raise ValueError(f"gear: column {self.name!r}: shape {a.shape}, want {want}")
+        return np.ascontiguousarray(a)
+
+
+class Pending:
+    """A row being written in place: pending[col] is the column's block as a
+    numpy view of the shard (shape Column.row_shape) to fill; commit makes the
+    row selectable, abort gives it back. The views are the writer's from
+    allocate until commit or abort, and must not be touched after."""
+
+    def __init__(self, shard, row):
+        self._shard, self.row = shard, row
+
+    def __getitem__(self, col):
+        return self._shard.columns[col].rows[self.row]
+
+    def __setitem__(self, col, value):
+        c = self._shard.columns[col]
+        c.rows[self.row] = c.check(value)
+
+    def commit(self, priority=1.0, key=None):
+        """Commit the row with priority and key (None: its insertion sequence,
+        which is returned)."""
+        seq = ctypes.c_uint64()
+        _lib.check(lib.gear_shard_commit(self._shard._handle(), self.row, key is not None, key or 0,
+                                         float(priority), ctypes.byref(seq)))
+        self.row = None
+        return seq.value
+
+    def abort(self):
+        _lib.check(lib.gear_shard_abort(self._shard._handle(), self.row))
+        self.row = None
+
+
+class _Shard:
+    """What owners and writers share: the layout, and inserting."""
+
+    def _open(self, handle):
+        self._h = handle
+        lay = json.loads(_lib.text(lib.gear_shard_layout, handle))
+        self.segment = lay["segment"]
+        self.capacity = lay["capacity"]
+        # The shard's mapping in this process, valid until close.
+        self._mapping = (ctypes.c_char * lay["mapping_len"]).from_address(lay["mapping_addr"])
+        base = {"capacity": self.capacity, "mapping": np.frombuffer(self._mapping, dtype=np.uint8)}
+        self.mapping_address, self.mapping_size = lay["mapping_addr"], lay["mapping_len"]
+        self.columns = {d["name"]: Column(d, base) for d in lay["columns"]}
+        self._order = list(self.columns)
+        self._ptrs = (ctypes.c_void_p * len(self._order))()
+        self._row = ctypes.byref(ctypes.c_int64())
+
+    def _handle(self):
+        if self._h is None:
+            raise _lib.Closed(f"gear: shard {self.segment!r} closed")
+        return self._h
+
+    def allocate(self, timeout=None):
+        """A free row to write in place (a Pending), waiting up to timeout
+        seconds (None: no limit) while the shard is full."""
+        row = ctypes.c_int64()
+        h = self._handle()
+        _lib.sliced(lambda ms: lib.gear_shard_allocate(h, ms, ctypes.byref(row)), timeout, "allocate")
+        return Pending(self, row.value)
+
+    def insert(self, priority=1.0, key=None, timeout=None, **columns):
+        """Insert one row: every column by name, as an array of its dtype and
+        row shape (Python numbers are converted; numpy arrays and tensors must
+        have the column's dtype). A wrong dtype or shape raises ValueError
+        naming the column, and nothing is inserted. The values are written
+        straight into a free row of the shard, which is then committed."""
+        if len(columns) != len(self._order):
+            self._check_names(columns)
+        vals = []
+        for name, v in columns.items():
+            c = self.columns.get(name)
+            if c is None:
+                self._check_names(columns)
+            if type(v) is np.ndarray and v.dtype == c.dtype and v.shape == c.row_shape:
+                vals.append((c.rows, v))
+            else:
+                vals.append((c.rows, c.check(v)))
+        h = self._handle()
+        row = self._row
+        st = lib.gear_shard_allocate(h, 0, row)
+        if st != _lib.OK:
+            if st != _lib.TIMEOUT:
+                _lib.check(st)
+            _lib.sliced(lambda ms: lib.gear_shard_allocate(h, ms, row), timeout, "insert")
+        r = row._obj.value
+        try:
+            for rows, v in vals:
+                rows[r] = v
+        except BaseException:
+            lib.gear_shard_abort(h, r)
+            raise
+        _lib.check(lib.gear_shard_commit(h, r, key is not None, key or 0, priority, None))
+
+    def _check_names(self, columns):
+        missing, extra = set(self._order) - set(columns), set(columns) - set(self._order)
+        raise ValueError(f"gear: insert: columns missing {sorted(missing)}, unknown {sorted(extra)}")
+
+    def insert_batch(self, columns, priorities=1.0, keys=None, timeout=None):
+        """Insert n rows in one call: columns maps every column's name to an
+        array of n rows (shape (n, *row_shape)); priorities and keys (None:
+        insertion sequences) are n numbers or one. All arrays are checked
+        first: a wrong dtype or shape raises ValueError naming the column, and
+        nothing is inserted. Waits up to timeout seconds (None: no limit) for
+        free rows; returns n."""
+        if set(columns) != set(self._order):
+            self._check_names(columns)
+        n = len(columns[self._order[0]])
+        arrs = [self.columns[c].check(columns[c], n) for c in self._order]
+        prio = np.ascontiguousarray(np.broadcast_to(np.asarray(priorities, np.float64), (n,)))
+        kp = _NULL
+        if keys is not None:
+            keys = np.ascontiguousarray(np.broadcast_to(np.asarray(keys, np.uint64), (n,)))
+            kp = keys.ctypes.data
+        ptrs = self._ptrs
+        for i, a in enumerate(arrs):
+            ptrs[i] = a.ctypes.data
+        done = ctypes.c_int64()
+        h = self._handle()
+        total = [0]
+
+        def call(ms):
+            st = lib.gear_shard_insert(h, n - total[0], kp if kp is _NULL else kp + 8 * total[0],
+                                       prio.ctypes.data + 8 * total[0], len(arrs),
+                                       ptrs if total[0] == 0 else self._advance(arrs, total[0]), ms, ctypes.byref(done))
+            total[0] += done.value
+            return st
+        _lib.sliced(call, timeout, "insert")
+        return n
+
+    def _advance(self, arrs, k):
+        p = (ctypes.c_void_p * len(arrs))()
+        for i, a in enumerate(arrs):
+            p[i] = a.ctypes.data + k * self.columns[self._order[i]].block_bytes
+        return p
+
+    def close(self):
+        """Close this handle: the owner's removes the shard. Every view of the
+        shard (Pending, Column.rows, a kept batch's) is invalid afterwards."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            _lib.check(lib.gear_close(h))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Writer(_Shard):
+    """A process's handle on another process's shard, for inserting rows
+    (insert, insert_batch, or allocate and commit in place)."""
+
+    def __init__(self, segment, timeout=10.0):
+        """Attach to the shard segment (a Table's segment), waiting up to timeout
+        seconds while its owner sets it up."""
+        b, n = _lib.cstr(segment)
+        h = ctypes.c_uint64()
+        ms = -1 if timeout is None else int(timeout * 1000)
+        _lib.check(lib.gear_shard_attach(b, n, ms, ctypes.byref(h)))
+        self._open(h.value)
+
+
+class Sample:
+    """A sampled batch: keys, probabilities, priorities, rows (the shard's
+    rows), times_sampled (numpy arrays of len(sample)) and data, a dict of each
+    collected column's array of shape (len(sample), *row_shape).
+
+    With copy=True (the default) data holds one gathered array per column,
+    the caller's, and the batch is already released. With copy=False data is
+    empty and view(col, i) gives item i's block as a zero-copy numpy view of
+    the shard, valid until release() (which the with statement calls): until
+    then the rows stay as they were, also those the sample deleted
+    (max_times_sampled)."""
+
+    _META = ("keys", "probabilities", "priorities", "rows", "times_sampled")
+
+    def __init__(self, shard, n):
+        self._shard = shard
+        self._full = {"keys": np.empty(n, np.uint64), "probabilities": np.empty(n, np.float64),
+                      "priorities": np.empty(n, np.float64), "rows": np.empty(n, np.int64),
+                      "times_sampled": np.empty(n, np.int64)}
+        self._data = {}
+        self._args = None
+        self._batch = None
+        self.data = {}
+
+    def _trim(self, k):
+        f = self._full
+        for name in self._META:
+            setattr(self, name, f[name][:k])
+        self.data = {c: a[:k] for c, a in self._data.items()}
+
+    def __len__(self):
+        return len(self.keys)
+
+    def view(self, col, i):
+        if self._batch is None:
+            raise ValueError("gear: view: only a batch sampled with copy=False (and not released) has views")
+        return self._shard.columns[col].rows[self.rows[i]]
+
+    def release(self):
+        if self._batch is not None:
+            b, self._batch = self._batch, None
+            _lib.check(lib.gear_close(b))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+class Table(_Shard):
+    """A replay table over a shard that this process owns. Writers in other
+    processes attach by its segment name (Writer(table.segment)) and insert;
+    the owner samples, updates priorities, deletes, checkpoints."""
+
+    def __init__(self, spec=None, segment=None, seed=0, extra_rows=1024, _handle=None, **table):
+        """Create the table and its shard.
+
+        spec: the table, as a job spec's TOML (a whole job spec or its [table]
+        alone), or a path to a .toml file; or leave it None and give the
+        [table] keys as keyword arguments (table_spec). segment: the shard's
+        shared-memory name (default: segment_name("table.<name>.<rank>")).
+        seed fixes the sampler's choices. extra_rows are rows beyond the
+        table's capacity for writers in flight (rows allocated, not yet
+        admitted).
+        """
+        if _handle is None:
+            spec = _spec_text(spec, table)
+            segment = segment or _default_segment(spec)
+            s, sn = _lib.cstr(spec)
+            g, gn = _lib.cstr(segment)
+            h = ctypes.c_uint64()
+            _lib.check(lib.gear_table_create(s, sn, g, gn, seed, extra_rows, ctypes.byref(h)))
+            _handle = h.value
+        self._open(_handle)
+        self.name = self.info()["name"]
+
+    @classmethod
+    def restore(cls, path, spec=None, segment=None, seed=0, extra_rows=1024, timeout=None, **table):
+        """Make a table from the checkpoint at path (written by checkpoint),
+        with the layout spec describes."""
+        spec = _spec_text(spec, table)
+        segment = segment or _default_segment(spec)
+        s, sn = _lib.cstr(spec)
+        p, pn = _lib.cstr(os.fspath(path))
+        g, gn = _lib.cstr(segment)
+        h = _lib.run_op(lambda out: lib.gear_table_restore(s, sn, p, pn, g, gn, seed, extra_rows, out), timeout, "restore")
+        return cls(_handle=h)
+
+    def sample(self, n, timeout=None, columns=None, copy=True, out=None):
+        """Sample a batch of 1 to n items (Reverb's flexible batch), waiting up
+        to timeout seconds (None: no limit) for the rate limiter to allow the
+        first; Timeout then. columns names the columns to collect (None: all).
+        Returns a Sample; see its doc for copy. out, a Sample an earlier call
+        returned for the same n and columns, is refilled instead of a new one
+        (its arrays are overwritten: the fast path for a training loop)."""
+        if out is None or out._args is None or out._n != n or out._cols != columns or not copy:
+            out = self._new_sample(n, columns, copy)
+        h = self._handle()
+        got, batch = out._got, out._batchp
+        args = out._args
+        _lib.sliced(lambda ms: lib.gear_table_sample(h, n, ms, *args), timeout, "sample")
+        if not copy:
+            out._batch = out._batch_h.value
+        out._trim(got._obj.value)
+        return out
+
+    def _new_sample(self, n, columns, copy):
+        out = Sample(self, n)
+        out._n, out._cols = n, columns
+        cols = self._order if columns is None else list(columns)
+        for c in cols:
+            if c not in self.columns:
+                raise ValueError(f"gear: sample: unknown column {c!r} (have {self._order})")
+        ncols = len(cols) if copy else 0
+        idx = (ctypes.c_int32 * max(ncols, 1))(*[self._order.index(c) for c in cols[:ncols]])
+        dst = (ctypes.c_void_p * max(ncols, 1))()
+        if copy:
+            for j, c in enumerate(cols):
+                col = self.columns[c]
+                out._data[c] = np.empty((n,) + col.row_shape, col.dtype)
+                dst[j] = out._data[c].ctypes.data
+        out._batch_h = ctypes.c_uint64()
+        out._got, out._batchp = ctypes.byref(ctypes.c_int64()), ctypes.byref(out._batch_h)
+        out._keep = (idx, dst)
+        out._args = (0 if copy else 1, out._full["keys"].ctypes.data, out._full["probabilities"].ctypes.data,
+                     out._full["priorities"].ctypes.data, out._full["rows"].ctypes.data,
+                     out._full["times_sampled"].ctypes.data, ncols, idx, dst, out._got, out._batchp)
+        return out
+
+    def update_priorities(self, keys, priorities):
+        """Set the priorities of the items with keys (Reverb's update_priorities)."""
+        k = np.ascontiguousarray(keys, np.uint64)
+        p = np.ascontiguousarray(priorities, np.float64)
+        if k.shape != p.shape or k.ndim != 1:
+            raise ValueError(f"gear: update_priorities: {k.shape} keys and {p.shape} priorities")
+        _lib.check(lib.gear_table_mutate(self._handle(), len(k), k.ctypes.data, p.ctypes.data, 0, _NULL))
+
+    def delete(self, keys):
+        """Delete the items with keys."""
+        k = np.ascontiguousarray(keys, np.uint64).reshape(-1)
+        _lib.check(lib.gear_table_mutate(self._handle(), 0, _NULL, _NULL, len(k), k.ctypes.data))
+
+    def reset(self):
+        """Delete every item."""
+        _lib.check(lib.gear_table_reset(self._handle()))
+
+    def info(self):
+        """The table's state as a dict (size, max_size, inserts, samples,
+        deletes, sampler, remover, limiter, ...: sample.ShardInfo's fields)."""
+        return json.loads(_lib.text(lib.gear_table_info, self._handle()))
+
+    def __len__(self):
+        return self.info()["size"]
+
+    def wait_admitted(self, timeout=None):
+        """Wait until every row committed to the shard so far is in the table
+        (admitted, or refused); writers commit, the table admits them in the
+        background."""
+        h = self._handle()
+        _lib.sliced(lambda ms: lib.gear_table_wait_admitted(h, ms), timeout, "wait_admitted")
+
+    def checkpoint(self, path, timeout=None):
+        """Write the shard's committed rows to path (atomically replaced)."""
+        p, pn = _lib.cstr(os.fspath(path))
+        h = self._handle()
+        _lib.run_op(lambda out: lib.gear_table_checkpoint(h, p, pn, out), timeout, "checkpoint")
+
+
+def _spec_text(spec, table):
+    if spec is None:
+        if not table:
+            raise ValueError("gear: Table: give a spec or the [table] keys")
+        return table_spec(**table)
+    if table:
+        raise ValueError("gear: Table: give a spec or the [table] keys, not both")
+    if isinstance(spec, dict):
+        return table_spec(**spec)
+    if isinstance(spec, os.PathLike) or (isinstance(spec, str) and spec.endswith(".toml") and "\n" not in spec):
+        with open(spec) as f:
+            return f.read()
+    return spec
+
+
+def _default_segment(spec):
+    import re
+    from .world import segment_name
+    m = re.search(r'^\s*name\s*=\s*"([^"]*)"', spec.split("[table]", 1)[-1], re.M)
+    return segment_name(f"table.{m.group(1) if m else 'replay'}.{os.environ.get('GEAR_RANK', '0')}")

@@ -1,0 +1,229 @@
+"""The Python tables' semantics: the cases of the Go tables' tests (sample's
+selectors, limiters, max_times_sampled and Close), zero-copy, bad input,
+Ctrl-C during a blocked sample, checkpoints."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.join(HERE, "..")
+
+
+def fill(t, prios, keys=None):
+    for i, p in enumerate(prios):
+        t.insert(priority=p, key=None if keys is None else keys[i], x=np.full(2, i, np.float32))
+    t.wait_admitted(10)
+
+
+@pytest.mark.parametrize("sampler,prios,want", [
+    ("fifo", [1, 1, 1], [0, 1, 2]),
+    ("lifo", [1, 1, 1], [2, 1, 0]),
+    ("maxheap", [1, 5, 3], [1, 2, 0]),
+    ("minheap", [4, 2, 9], [1, 0, 2]),
+])
+def test_ordered_selectors(make_table, sampler, prios, want):
+    t = make_table(sampler=sampler, max_times_sampled=1)
+    fill(t, prios, keys=[0, 1, 2])
+    got = [int(t.sample(1, timeout=5).keys[0]) for _ in want]
+    assert got == want
+    assert len(t) == 0
+
+
+def test_prioritized_probabilities(make_table):
+    t = make_table(sampler="prioritized", priority_exponent=1.0)
+    fill(t, [1.0, 3.0], keys=[10, 11])
+    s = t.sample(64, timeout=5)
+    probs = dict(zip(s.keys.tolist(), s.probabilities.tolist()))
+    assert probs[10] == pytest.approx(0.25) and probs[11] == pytest.approx(0.75)
+    t.update_priorities([10], [3.0])
+    s = t.sample(8, timeout=5)
+    assert np.allclose(s.probabilities, 0.5)
+
+
+def test_uniform_collects_columns(make_table):
+    cols = [{"name": "obs", "dtype": "float32", "shape": [3]}, {"name": "a", "dtype": "int64"}]
+    t = make_table(columns=cols)
+    for k in range(5):
+        t.insert(key=k, obs=np.full(3, k, np.float32), a=k * 10)
+    t.wait_admitted(10)
+    s = t.sample(32, timeout=5)
+    assert s.data["obs"].shape == (32, 3) and s.data["a"].dtype == np.int64
+    assert np.array_equal(s.data["obs"][:, 0], s.keys.astype(np.float32))
+    assert np.array_equal(s.data["a"], s.keys.astype(np.int64) * 10)
+    assert np.allclose(s.probabilities, 0.2)
+
+
+def test_insert_batch_and_remover(make_table):
+    t = make_table(capacity=4, remover="fifo")
+    t.insert_batch({"x": np.arange(20, dtype=np.float32).reshape(10, 2)}, keys=np.arange(10))
+    t.wait_admitted(10)
+    info = t.info()
+    assert info["size"] == 4 and info["inserts"] == 10
+    s = t.sample(64, timeout=5)
+    assert set(s.keys.tolist()) <= {6, 7, 8, 9}
+
+
+def test_max_times_sampled(make_table):
+    t = make_table(max_times_sampled=2)
+    fill(t, [1], keys=[7])
+    a = t.sample(1, timeout=5)
+    b = t.sample(1, timeout=5)
+    assert a.times_sampled.tolist() == [1] and b.times_sampled.tolist() == [2]
+    assert len(t) == 0
+    with pytest.raises(Exception) as e:
+        t.sample(1, timeout=0.1)
+    assert type(e.value).__name__ == "Timeout"
+
+
+def test_min_size_limiter(gear, make_table):
+    t = make_table(rate_limiter={"kind": "min_size", "min_size_to_sample": 3})
+    fill(t, [1, 1])
+    with pytest.raises(gear.Timeout):
+        t.sample(1, timeout=0.1)
+    fill(t, [1])
+    assert len(t.sample(1, timeout=5)) == 1
+
+
+def test_queue(gear, make_table):
+    t = make_table(rate_limiter={"kind": "queue"}, capacity=3)
+    fill(t, [1, 1, 1], keys=[1, 2, 3])
+    assert [int(t.sample(1, timeout=5).keys[0]) for _ in range(3)] == [1, 2, 3]
+    with pytest.raises(gear.Timeout):
+        t.sample(1, timeout=0.1)
+
+
+def test_delete_and_reset(make_table):
+    t = make_table()
+    fill(t, [1, 1, 1], keys=[1, 2, 3])
+    t.delete([2])
+    assert sorted(set(t.sample(64, timeout=5).keys.tolist())) == [1, 3]
+    t.reset()
+    assert len(t) == 0
+
+
+def test_close_wakes_blocked_sample(gear, make_table):
+    t = make_table()
+    got = []
+
+    def run():
+        try:
+            t.sample(1)
+        except Exception as e:  # noqa: BLE001
+            got.append(e)
+    th = threading.Thread(target=run)
+    th.start()
+    t.info()
+    t.close()
+    th.join(30)
+    assert not th.is_alive()
+    assert len(got) == 1 and isinstance(got[0], gear.Closed), got
+    with pytest.raises(gear.Closed):
+        t.sample(1, timeout=0)
+    with pytest.raises(gear.Closed):
+        t.insert(x=np.zeros(2, np.float32))
+
+
+def test_bad_input_commits_nothing(gear, make_table):
+    cols = [{"name": "obs", "dtype": "float32", "shape": [3]}, {"name": "a", "dtype": "int32"}]
+    t = make_table(columns=cols)
+    with pytest.raises(ValueError, match="'obs'.*dtype"):
+        t.insert(obs=np.zeros(3, np.float64), a=1)
+    with pytest.raises(ValueError, match="'obs'.*shape"):
+        t.insert(obs=np.zeros(4, np.float32), a=1)
+    with pytest.raises(ValueError, match="'a'"):
+        t.insert(obs=np.zeros(3, np.float32), a="not a number")
+    with pytest.raises(ValueError, match="missing"):
+        t.insert(obs=np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="'a'.*shape"):
+        t.insert_batch({"obs": np.zeros((4, 3), np.float32), "a": np.zeros(3, np.int32)})
+    t.wait_admitted(10)
+    assert t.info()["commits"] == 0 and len(t) == 0
+
+
+def test_bad_specs(gear, make_table):
+    with pytest.raises(gear.InvalidArgument, match="sampler"):
+        make_table(sampler="nope")
+    with pytest.raises(gear.InvalidArgument, match="dtype"):
+        make_table(columns=[{"name": "x", "dtype": "complex64"}])
+    with pytest.raises(gear.InvalidArgument, match="samples_per_insert"):
+        make_table(rate_limiter={"kind": "sample_to_insert_ratio", "samples_per_insert": -1.0})
+    with pytest.raises(gear.Error):
+        gear.Writer("gear.pytest-no-such-segment", timeout=1)
+
+
+def test_bad_handles_do_not_crash(gear):
+    from gear._lib import lib
+    import ctypes
+    assert lib.gear_close(123456789) == 2
+    st = lib.gear_table_sample(123456789, 1, 0, 0, None, None, None, None, None, 0, None, None,
+                               ctypes.byref(ctypes.c_int64()), None)
+    assert st == 2
+    assert "handle" in gear._lib.last_error()
+
+
+def test_zero_copy_between_processes(gear, make_table):
+    cols = [{"name": "obs", "dtype": "float32", "shape": [4]}]
+    t = make_table(columns=cols)
+    code = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {PKG!r})
+        import numpy as np, gear
+        w = gear.Writer({t.segment!r})
+        p = w.allocate(timeout=10)
+        p["obs"][:] = [1.5, 2.5, 3.5, 4.5]
+        p.commit(priority=1.0, key=42)
+        w.close()
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    t.wait_admitted(10)
+    with t.sample(1, timeout=5, copy=False) as s:
+        v = s.view("obs", 0)
+        assert s.keys.tolist() == [42]
+        assert v.tolist() == [1.5, 2.5, 3.5, 4.5]
+        addr = v.__array_interface__["data"][0]
+        assert t.mapping_address <= addr < t.mapping_address + t.mapping_size
+        assert not v.flags.owndata
+
+
+def test_ctrl_c_during_blocked_sample(gear, make_table):
+    t = make_table()
+    code = textwrap.dedent(f"""
+        import sys; sys.path.insert(0, {PKG!r})
+        import gear
+        t = gear.Table(name="t", capacity=4, columns=[{{"name": "x", "dtype": "float32"}}],
+                       segment={t.segment + ".c"!r})
+        print("blocked", flush=True)
+        try:
+            t.sample(1)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+        t.close()
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "blocked"
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert out.strip() == "interrupted" and p.returncode == 0
+
+
+def test_checkpoint_and_restore(gear, make_table, tmp_path):
+    t = make_table()
+    fill(t, [1, 2, 3], keys=[5, 6, 7])
+    path = tmp_path / "t.ckpt"
+    t.checkpoint(path)
+    cols = [{"name": "x", "dtype": "float32", "shape": [2]}]
+    r = gear.Table.restore(path, name="t", columns=cols, capacity=16, segment=t.segment + ".r")
+    try:
+        r.wait_admitted(10)
+        assert len(r) == 3
+        s = r.sample(64, timeout=5)
+        assert set(s.keys.tolist()) == {5, 6, 7}
+        assert np.array_equal(s.data["x"][:, 0], (s.keys - 5).astype(np.float32))
+    finally:
+        r.close()

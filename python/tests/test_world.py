@@ -1,0 +1,59 @@
+"""gear.init, the collectives on a world of one, and the parameter service."""
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture
+def world(gear):
+    w = gear.init(timeout=30)
+    yield w
+    w.close()
+
+
+def test_world_of_one(world):
+    assert (world.rank, world.size, world.local_rank) == (0, 1, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64])
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+def test_collectives(world, dtype, op):
+    a = np.arange(5, dtype=dtype)
+    assert world.allreduce(a, op) is a
+    assert a.tolist() == list(range(5))
+    world.broadcast(a, root=0)
+    g = world.allgather(a)
+    assert g.shape == (1, 5) and g[0].tolist() == list(range(5))
+    world.barrier()
+
+
+def test_collective_bad_input(gear, world):
+    with pytest.raises(ValueError, match="dtype"):
+        world.allreduce(np.zeros(3, np.int8))
+    with pytest.raises(ValueError, match="contiguous"):
+        world.allreduce(np.zeros((4, 4), np.float32)[:, 1])
+    with pytest.raises(ValueError, match="op"):
+        world.allreduce(np.zeros(3, np.float32), "prod")
+
+
+def test_torch_tensor(world):
+    torch = pytest.importorskip("torch")
+    t = torch.ones(4)
+    world.allreduce(t.numpy())
+    assert t.tolist() == [1.0] * 4
+
+
+def test_parameter_service(gear, world):
+    pub = gear.Publisher(world, "pytest-theta", 3, timeout=30)
+    rd = gear.Reader(world, "pytest-theta", timeout=30)
+    assert rd.read() == 0
+    pub.publish(1, np.array([1, 2, 3], np.float32))
+    assert rd.read(min_version=1, timeout=10) == 1
+    assert rd.params.tolist() == [1.0, 2.0, 3.0]
+    with pytest.raises(ValueError):
+        pub.publish(2, np.zeros(4, np.float32))
+    rd.close()
+    pub.close()
+    with pytest.raises(gear.Closed):
+        world.close()
+        world.barrier()
