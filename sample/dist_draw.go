@@ -305,7 +305,7 @@ func (d *DistTable) rootDraw(ctx context.Context, g *globalState, mine []byte, d
 		}
 		sampler = p
 	}
-	tmp, err := NewTable(Config{Name: t.name, MaxSize: int(max(g.size, 1)), Sampler: sampler, Remover: NewFIFO(),
+	tmp, err := newTable(Config{Name: t.name, MaxSize: int(max(g.size, 1)), Sampler: sampler, Remover: NewFIFO(),
 		MaxTimesSampled: d.maxTimes, RateLimit: d.rl, Source: rand.NewPCG(d.seed, d.calls*0x9e3779b97f4a7c15+1),
 		Selection: t.selection})
 	if err != nil {

@@ -111,6 +111,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 		return nil, err
 	}
 	t.rows = true
+	t.m.SetShard(shard.Name())
 	st.t = t
 	st.reattached = st.admitExisting()
 	st.ctx, st.cancel = context.WithCancel(context.Background())
