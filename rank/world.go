@@ -77,7 +77,7 @@ type World struct {
 	notes    []lostNote
 	noteWake chan struct{}
 
-	comms comms // built on demand by Comm and RoleComm
+	comms   comms         // built on demand by Comm and RoleComm
 	metrics *metrics.Rank // this rank's metrics segment (nil: none)
 
 	done      chan struct{}

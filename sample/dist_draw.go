@@ -39,6 +39,7 @@ func (d *DistTable) Sample(ctx context.Context, n int) (*Batch, error) {
 
 // SampleInto is Sample reusing b (released first).
 func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
+	defer d.t.m.EndSample(d.t.m.Begin(), n)
 	// A bad argument travels with the sync, so that every rank fails alike.
 	var argErr error
 	var flags int64

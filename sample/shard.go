@@ -250,6 +250,7 @@ func (st *ShardTable) pending() bool {
 // Errors: ErrClosed; store errors; the context's error (the row stays committed
 // and is admitted later).
 func (st *ShardTable) Insert(ctx context.Context, key uint64, priority float64, write func(store.Pending) error) (store.Ref, error) {
+	defer st.t.m.EndInsert(st.t.m.Begin())
 	if err := st.t.checkPriority(key, priority); err != nil {
 		return store.Ref{}, err
 	}
@@ -346,7 +347,9 @@ func (st *ShardTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 	if cap(b.Items) < n {
 		b.Items = make([]Sampled, n)
 	}
+	span := st.t.m.Begin()
 	got, err := st.t.sampleInto(ctx, b.Items[:n], func(it Item) { st.holdAndRelease(b, it) })
+	st.t.m.EndSample(span, got)
 	b.Items = b.Items[:got]
 	return err
 }

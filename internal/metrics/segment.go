@@ -183,12 +183,12 @@ func Current() *Rank { return current.Load() }
 
 // Place is what Open records of the rank that makes a segment.
 type Place struct {
-	Job              string // the job's ID
-	Rank, Size       int
-	Generation       int // the world's restart count
-	Role             string
-	TraceEvents      int // the trace ring's length; 0: no trace
-	Dir              string // "" means ShmDir
+	Job         string // the job's ID
+	Rank, Size  int
+	Generation  int // the world's restart count
+	Role        string
+	TraceEvents int    // the trace ring's length; 0: no trace
+	Dir         string // "" means ShmDir
 }
 
 // ShmDir is where segments live.

@@ -17,8 +17,13 @@ import (
 const (
 	TrackRank        = 0 // generations and restarts
 	TrackCollectives = 1
-	TrackTables      = 2
+	TrackInserts     = 2 // table inserts
+	TrackInsertWaits = 3 // inserts blocked by the rate limiter
+	TrackSamples     = 4 // table samples
+	TrackSampleWaits = 5 // samples blocked by the rate limiter
 )
+
+var trackNames = [...]string{"generations", "collectives", "inserts", "rate limiter: inserts", "samples", "rate limiter: samples"}
 
 // TraceEvent is one event of a Chrome trace-event file ("X" spans and "M"
 // metadata), as WriteTrace writes it.
@@ -29,7 +34,7 @@ type TraceEvent struct {
 	TS   float64        `json:"ts"`            // microseconds since the job's first rank started
 	Dur  float64        `json:"dur,omitempty"` // microseconds
 	PID  int            `json:"pid"`           // the rank
-	TID  int            `json:"tid"`           // TrackRank, TrackCollectives or TrackTables
+	TID  int            `json:"tid"`           // a Track
 	Args map[string]any `json:"args,omitempty"`
 }
 
@@ -105,10 +110,10 @@ func WriteTrace(w io.Writer, dir, job string) (int, error) {
 			}
 			out = append(out,
 				TraceEvent{Name: "process_name", Ph: "M", PID: g.rank, Args: map[string]any{"name": label}},
-				TraceEvent{Name: "process_sort_index", Ph: "M", PID: g.rank, Args: map[string]any{"sort_index": g.rank}},
-				TraceEvent{Name: "thread_name", Ph: "M", PID: g.rank, TID: TrackRank, Args: map[string]any{"name": "generations"}},
-				TraceEvent{Name: "thread_name", Ph: "M", PID: g.rank, TID: TrackCollectives, Args: map[string]any{"name": "collectives"}},
-				TraceEvent{Name: "thread_name", Ph: "M", PID: g.rank, TID: TrackTables, Args: map[string]any{"name": "tables"}})
+				TraceEvent{Name: "process_sort_index", Ph: "M", PID: g.rank, Args: map[string]any{"sort_index": g.rank}})
+			for tid, name := range trackNames {
+				out = append(out, TraceEvent{Name: "thread_name", Ph: "M", PID: g.rank, TID: tid, Args: map[string]any{"name": name}})
+			}
 		}
 		out = append(out, TraceEvent{Name: "generation " + strconv.Itoa(g.gen), Cat: "rank", Ph: "X",
 			TS: us(g.start), Dur: us(g.end) - us(g.start), PID: g.rank, TID: TrackRank})
@@ -141,7 +146,7 @@ func WriteTrace(w io.Writer, dir, job string) (int, error) {
 		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.start, b.start), -cmp.Compare(a.dur, b.dur))
 	})
 	for _, s := range spans {
-		e := TraceEvent{Name: s.name, Ph: "X", TS: us(s.start), Dur: math.Max(us(s.start+s.dur)-us(s.start), 0), PID: s.rank}
+		e := TraceEvent{Name: s.name, Ph: "X", TS: us(s.start), Dur: math.Max(math.Round((us(s.start+s.dur)-us(s.start))*1000)/1000, 0), PID: s.rank}
 		switch {
 		case s.kind < uint16(NumOps):
 			e.Cat, e.TID = "collective", TrackCollectives
@@ -151,13 +156,17 @@ func WriteTrace(w io.Writer, dir, job string) (int, error) {
 				e.Args["waited_for"] = a.rank
 			}
 		default:
-			e.Cat, e.TID = "table", TrackTables
+			e.Cat = "table"
 			e.Args = map[string]any{"table": s.comm}
 			switch s.kind {
 			case evInsert:
-				e.Args["size"] = s.b
+				e.TID, e.Args["size"] = TrackInserts, s.b
 			case evSample:
-				e.Args["items"], e.Args["size"] = s.a, s.b
+				e.TID, e.Args["items"], e.Args["size"] = TrackSamples, s.a, s.b
+			case evInsertWait:
+				e.TID = TrackInsertWaits
+			case evSampleWait:
+				e.TID = TrackSampleWaits
 			}
 		}
 		out = append(out, e)
