@@ -308,7 +308,7 @@ func topFrameOf(job string, prev, cur jobRead) topFrame {
 				}
 			}
 		}
-		r.CallsPerSec, r.BytesPerSec, r.Busy = rate(float64(dcalls)), rate(float64(dbytes)), rate(dsec)
+		r.CallsPerSec, r.BytesPerSec, r.Busy = rate(float64(dcalls)), rate(float64(dbytes)), min(rate(dsec), 1)
 		f.Ranks = append(f.Ranks, r)
 		beforeT := map[string]metrics.TableStats{}
 		for _, t := range p.Tables {
@@ -339,7 +339,7 @@ func topFrameOf(job string, prev, cur jobRead) topFrame {
 				wait += max(d.seconds-m*float64(d.calls), 0)
 			}
 		}
-		r.Wait = rate(wait)
+		r.Wait = min(rate(wait), r.Busy)
 	}
 	slices.SortFunc(f.Tables, func(a, b topTable) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Rank, b.Rank)) })
 	return f

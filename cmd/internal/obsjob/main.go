@@ -25,11 +25,14 @@ import (
 	"github.com/gear-rl/gear/store"
 )
 
+var capacity *int
+
 func main() {
 	steps := flag.Int("steps", 0, "learner steps (sample and AllReduce) before the rank ends (0: until -duration)")
 	duration := flag.Duration("duration", 30*time.Second, "how long the rank runs at most")
 	batch := flag.Int("batch", 8, "items per sample")
 	pace := flag.Duration("pace", time.Millisecond, "the actor's pause between inserts")
+	capacity = flag.Int("capacity", 1<<15, "rows of each rank's shard (the table holds 64 fewer)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -51,7 +54,7 @@ func run(ctx context.Context, steps, batch int, pace time.Duration) error {
 	if err != nil {
 		return err
 	}
-	spec := store.Spec{Capacity: 4096, Remover: store.RemoverNone,
+	spec := store.Spec{Capacity: *capacity, Remover: store.RemoverNone,
 		Columns: []store.Column{{Name: "obs", DType: store.Float32, Shape: []int{100}, Length: 1}}}
 	shard, err := store.Create(rank.SegmentName(w.JobID(), fmt.Sprintf("obsjob.replay.%d", w.Rank())), spec)
 	if err != nil {
@@ -62,7 +65,7 @@ func run(ctx context.Context, steps, batch int, pace time.Duration) error {
 	if err != nil {
 		return err
 	}
-	st, err := sample.NewShardTable(shard, sample.Config{Name: "replay", MaxSize: 3000,
+	st, err := sample.NewShardTable(shard, sample.Config{Name: "replay", MaxSize: *capacity - 64,
 		Sampler: sample.NewUniform(), Remover: sample.NewFIFO(), RateLimit: limit, Seed: uint64(w.Rank())})
 	if err != nil {
 		return err
