@@ -366,9 +366,8 @@ func drawTop(w io.Writer, f topFrame) {
 			running++
 		}
 	}
-	head := fmt.Sprintf("gear top  job %s  %d/%d ranks running  %s", f.Job, running, len(f.Ranks), f.Time.Format("15:04:05"))
-	line("%-*s", topWidth, fmt.Sprintf("%-66s q quits", head))
-	line("")
+	line("gear top  job %s  %d/%d ranks running  %s", f.Job, running, len(f.Ranks), f.Time.Format("15:04:05"))
+	line("rates per second over the last %.1fs; q or Ctrl-C quits", f.Interval)
 	line("%4s %-9s %8s %3s %9s %9s %6s %6s  %-12s", "RANK", "ROLE", "PID", "GEN", "COLL/s", "MB/s", "COLL%", "WAIT%", "MOST TIME")
 	for _, r := range f.Ranks {
 		state := ""
