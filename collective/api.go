@@ -3,6 +3,8 @@ package collective
 import (
 	"context"
 	"errors"
+
+	"github.com/gear-rl/gear/internal/metrics"
 )
 
 // The collectives. Each blocks until this rank's part is done, and takes a
@@ -22,11 +24,12 @@ func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpAllReduce)
 	x, err := c.begin(ctx, header{kind: kindAllReduce, dtype: dtypeOf[T](), op: op, count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.allReduce(x, asBytes(buf)))
+	return c.end(x, c.observe(m, x, c.allReduce(x, asBytes(buf))))
 }
 
 // Reduce replaces root's buf with the element-wise reduction by op of every rank's
@@ -35,11 +38,12 @@ func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) er
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpReduce)
 	x, err := c.begin(ctx, header{kind: kindReduce, dtype: dtypeOf[T](), op: op, root: uint32(root), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.reduce(x, asBytes(buf), root))
+	return c.end(x, c.observe(m, x, c.reduce(x, asBytes(buf), root)))
 }
 
 // Broadcast copies root's buf into every other rank's buf.
@@ -47,11 +51,12 @@ func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpBroadcast)
 	x, err := c.begin(ctx, header{kind: kindBroadcast, dtype: dtypeOf[T](), root: uint32(root), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.broadcast(x, asBytes(buf), root))
+	return c.end(x, c.observe(m, x, c.broadcast(x, asBytes(buf), root)))
 }
 
 // AllGather puts every rank's send into recv, rank r's at recv[r*len(send):],
@@ -61,11 +66,12 @@ func AllGather[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpAllGather)
 	x, err := c.begin(ctx, header{kind: kindAllGather, dtype: dtypeOf[T](), count: uint64(len(send))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.allGather(x, asBytes(send), asBytes(recv)))
+	return c.end(x, c.observe(m, x, c.allGather(x, asBytes(send), asBytes(recv))))
 }
 
 // Gather puts every rank's send into root's recv, rank r's at recv[r*len(send):].
@@ -74,11 +80,12 @@ func Gather[T Elem](ctx context.Context, c *Comm, send, recv []T, root int) erro
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpGather)
 	x, err := c.begin(ctx, header{kind: kindGather, dtype: dtypeOf[T](), root: uint32(root), count: uint64(len(send))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.gather(x, asBytes(send), asBytes(recv), root))
+	return c.end(x, c.observe(m, x, c.gather(x, asBytes(send), asBytes(recv), root)))
 }
 
 // Scatter gives every rank r the block send[r*len(recv):(r+1)*len(recv)] of
@@ -87,11 +94,12 @@ func Scatter[T Elem](ctx context.Context, c *Comm, send, recv []T, root int) err
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpScatter)
 	x, err := c.begin(ctx, header{kind: kindScatter, dtype: dtypeOf[T](), root: uint32(root), count: uint64(len(recv))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.scatter(x, asBytes(send), asBytes(recv), root))
+	return c.end(x, c.observe(m, x, c.scatter(x, asBytes(send), asBytes(recv), root)))
 }
 
 // ReduceScatter reduces every rank's send element-wise by op and gives rank r
@@ -100,11 +108,12 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpReduceScatter)
 	x, err := c.begin(ctx, header{kind: kindReduceScatter, dtype: dtypeOf[T](), op: op, count: uint64(len(recv))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.reduceScatter(x, asBytes(send), asBytes(recv)))
+	return c.end(x, c.observe(m, x, c.reduceScatter(x, asBytes(send), asBytes(recv))))
 }
 
 // AllToAll sends block j of send to rank j, which puts it at block r (this rank)
@@ -114,11 +123,12 @@ func AllToAll[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
 	if c == nil {
 		return errNilComm
 	}
+	m := metrics.StartCall(metrics.OpAllToAll)
 	x, err := c.begin(ctx, header{kind: kindAllToAll, dtype: dtypeOf[T](), count: uint64(len(send))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.allToAll(x, asBytes(send), asBytes(recv)))
+	return c.end(x, c.observe(m, x, c.allToAll(x, asBytes(send), asBytes(recv))))
 }
 
 // Send sends buf to rank dst with tag (0 or more). It may return before dst
@@ -131,11 +141,12 @@ func Send[T Elem](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 	if tag < 0 {
 		return errors.New("collective: Send: negative tag")
 	}
+	m := metrics.StartCall(metrics.OpSend)
 	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: dtypeOf[T](), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.sendP2P(x, asBytes(buf), dst))
+	return c.end(x, c.observe(m, x, c.sendP2P(x, asBytes(buf), dst)))
 }
 
 // Recv receives into buf the next message from rank src with tag; it must have
@@ -147,11 +158,12 @@ func Recv[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	if tag < 0 {
 		return errors.New("collective: Recv: negative tag")
 	}
+	m := metrics.StartCall(metrics.OpRecv)
 	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: dtypeOf[T](), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.recvP2P(x, asBytes(buf), src))
+	return c.end(x, c.observe(m, x, c.recvP2P(x, asBytes(buf), src)))
 }
 
 // SendRecv sends the buffers of send, in order, to rank peer and receives the
@@ -176,9 +188,10 @@ func SendRecv(ctx context.Context, c *Comm, send, recv [][]byte, peer, tag int) 
 	for _, b := range send {
 		total += len(b)
 	}
+	m := metrics.StartCall(metrics.OpSendRecv)
 	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: Bytes, count: uint64(total)})
 	if err != nil {
 		return err
 	}
-	return c.end(x, c.sendRecvP2P(x, peer, send, recv))
+	return c.end(x, c.observe(m, x, c.sendRecvP2P(x, peer, send, recv)))
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"unsafe"
+
+	"github.com/gear-rl/gear/internal/metrics"
 )
 
 // The collectives on bytes: argument checks and the choice of algorithm. The
@@ -264,12 +266,13 @@ func (c *Comm) allToAll(x *call, send, recv []byte) error {
 
 // Barrier returns once every rank of the communicator has called it.
 func (c *Comm) Barrier(ctx context.Context) error {
+	m := metrics.StartCall(metrics.OpBarrier)
 	x, err := c.begin(ctx, header{kind: kindBarrier, dtype: Bytes})
 	if err != nil {
 		return err
 	}
 	x.h.algo = algoDissemination
-	return c.end(x, dissemination(x, c.all()))
+	return c.end(x, c.observe(m, x, dissemination(x, c.all())))
 }
 
 // send and recv: point to point, matched by (peer, tag), not numbered.

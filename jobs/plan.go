@@ -166,6 +166,7 @@ func (s *Spec) Options() launch.Options {
 		Timeout:   s.Launch.Timeout.D(),
 		Grace:     s.Launch.Grace.D(),
 		OutputDir: s.Launch.OutputDir,
+		Trace:     s.Launch.Trace,
 		TagOutput: true,
 		Name:      "gearrun",
 	}

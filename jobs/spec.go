@@ -58,6 +58,10 @@ type Launch struct {
 	RdzvTimeout Duration `toml:"rdzv_timeout,omitempty"`
 	// OutputDir, when set, receives one output file per rank.
 	OutputDir string `toml:"output_dir,omitempty"`
+	// Trace, when set, is the file where gearrun writes the job's Chrome
+	// trace when it ends (gearrun --trace; docs/observe.md), relative to the
+	// directory gearrun runs in.
+	Trace string `toml:"trace,omitempty"`
 	// Restarts is how many times a failed world is stopped and started again
 	// (gearrun's --max-restarts, torchrun's --max-restarts); 0, the default,
 	// means none. Each new world is a new generation of the same job.

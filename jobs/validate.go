@@ -139,6 +139,9 @@ func (v *validator) launch(l *Launch, mpmd bool, world int) {
 	if strings.ContainsAny(l.OutputDir, "\x00\n") {
 		v.add("launch.output_dir", "must not contain NUL or newline")
 	}
+	if strings.ContainsAny(l.Trace, "\x00\n") {
+		v.add("launch.trace", "must not contain NUL or newline")
+	}
 }
 
 func (v *validator) command(field string, cmd []string) {

@@ -74,6 +74,11 @@ type Options struct {
 	// Limits are the machine's limits that Run checks the plan against before
 	// it starts anything (CheckHost); nil reads them (ReadHostLimits on ShmDir).
 	Limits *HostLimits
+	// Trace, if set, is the file where Run writes the job's Chrome trace when
+	// the job ends (see WriteTrace): every rank keeps its last TraceEvents
+	// events (0: DefaultTraceEvents).
+	Trace       string
+	TraceEvents int
 }
 
 // RankResult is how one rank ended.
@@ -212,6 +217,7 @@ func newJob(p *Plan, opts Options) (*job, error) {
 	if opts.BaseEnv == nil {
 		opts.BaseEnv = os.Environ()
 	}
+	opts.BaseEnv = traceEnv(opts.BaseEnv, opts.Trace, opts.TraceEvents)
 	n := len(p.Ranks)
 	p = p.copy() // Run fills in the master port
 	j := &job{
@@ -257,6 +263,7 @@ func (j *job) run(ctx context.Context) (res *Result, err error) {
 		return nil, fmt.Errorf("launch: %w", err)
 	}
 	defer func() {
+		j.writeTrace()
 		removed, _ := RemoveJobSegments(j.opts.ShmDir, p.JobID)
 		for _, s := range removed {
 			j.log.Debug("launch: removed segment", "name", s)

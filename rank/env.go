@@ -79,6 +79,11 @@ const (
 	// "<jobID>.lock", held with flock while the job lives). The default is
 	// $XDG_RUNTIME_DIR/gear, else gear-<uid> in the temporary directory.
 	EnvRuntimeDir = "GEAR_RUNTIME_DIR"
+	// EnvTraceEvents asks every rank to keep a trace of its last N events
+	// (collective calls, table inserts and samples, rate-limiter waits) for
+	// the job's trace (gearrun --trace, a job spec's launch.trace); unset or
+	// 0: none. The launcher sets it for every rank when asked.
+	EnvTraceEvents = "GEAR_TRACE_EVENTS"
 	// EnvTestRank is set by package launchtest when it re-executes a test binary
 	// as a rank: it names the test whose rank function the process runs.
 	EnvTestRank = "GEAR_TEST_RANK"

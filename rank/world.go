@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/gear-rl/gear/internal/metrics"
 )
 
 // Peer is one rank as it registered with the rendezvous.
@@ -75,7 +77,8 @@ type World struct {
 	notes    []lostNote
 	noteWake chan struct{}
 
-	comms comms // built on demand by Comm and RoleComm
+	comms   comms         // built on demand by Comm and RoleComm
+	metrics *metrics.Rank // this rank's metrics segment (nil: none)
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -153,6 +156,7 @@ func Init(ctx context.Context, opts ...Option) (*World, error) {
 		w.peers = []Peer{self}
 		w.roles = buildRoles(w.peers)
 		w.local = make(map[string]chan struct{})
+		w.metrics = openMetrics(cfg.info == nil, info, log)
 		return w, nil
 	}
 	if info.ServeRdzv {
@@ -199,6 +203,7 @@ func Init(ctx context.Context, opts ...Option) (*World, error) {
 	w.wg.Add(2)
 	go w.readLoop()
 	go w.notifyLoop()
+	w.metrics = openMetrics(cfg.info == nil, info, log)
 	return w, nil
 }
 
@@ -320,6 +325,7 @@ func (w *World) Close() error {
 			w.coord.Close()
 		}
 		w.lock.Close()
+		w.metrics.Close()
 	})
 	return nil
 }

@@ -40,6 +40,7 @@ func (d *DistTable) Sample(ctx context.Context, n int) (*Batch, error) {
 
 // SampleInto is Sample reusing b (released first).
 func (d *DistTable) SampleInto(ctx context.Context, b *Batch, n int) error {
+	defer d.t.m.EndSample(d.t.m.Begin(), n)
 	// A bad argument travels with the sync, so that every rank fails alike.
 	var argErr error
 	var flags int64
@@ -311,7 +312,7 @@ func (d *DistTable) rootDraw(ctx context.Context, g *globalState, mine []byte, d
 		}
 		sampler = p
 	}
-	tmp, err := NewTable(Config{Name: t.name, MaxSize: int(max(g.size, 1)), Sampler: sampler, Remover: NewFIFO(),
+	tmp, err := newTable(Config{Name: t.name, MaxSize: int(max(g.size, 1)), Sampler: sampler, Remover: NewFIFO(),
 		MaxTimesSampled: d.maxTimes, RateLimit: d.rl, Source: rand.NewPCG(d.seed, d.calls*0x9e3779b97f4a7c15+1),
 		Selection: t.selection})
 	if err != nil {

@@ -111,6 +111,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 		return nil, err
 	}
 	t.rows = true
+	t.m.SetShard(shard.Name())
 	st.t = t
 	st.reattached = st.admitExisting()
 	st.ctx, st.cancel = context.WithCancel(context.Background())
@@ -249,6 +250,7 @@ func (st *ShardTable) pending() bool {
 // Errors: ErrClosed; store errors; the context's error (the row stays committed
 // and is admitted later).
 func (st *ShardTable) Insert(ctx context.Context, key uint64, priority float64, write func(store.Pending) error) (store.Ref, error) {
+	defer st.t.m.EndInsert(st.t.m.Begin())
 	if err := st.t.checkPriority(key, priority); err != nil {
 		return store.Ref{}, err
 	}
@@ -345,7 +347,9 @@ func (st *ShardTable) SampleInto(ctx context.Context, b *Batch, n int) error {
 	if cap(b.Items) < n {
 		b.Items = make([]Sampled, n)
 	}
+	span := st.t.m.Begin()
 	got, err := st.t.sampleInto(ctx, b.Items[:n], func(it Item) { st.holdAndRelease(b, it) })
+	st.t.m.EndSample(span, got)
 	b.Items = b.Items[:got]
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/internal/clock"
+	"github.com/gear-rl/gear/internal/metrics"
 )
 
 // Item is one entry of a table.
@@ -116,6 +117,7 @@ type Table struct {
 	clock     clock.Clock
 	onDelete  func(Item)
 	selection *DeviceSelection
+	m         *metrics.Table // the table's slot in its rank's metrics; nil: none
 
 	mu            sync.Mutex
 	limiter       RateLimiter
@@ -143,6 +145,17 @@ type Table struct {
 
 // NewTable checks cfg and returns an empty table.
 func NewTable(cfg Config) (*Table, error) {
+	t, err := newTable(cfg)
+	if err != nil {
+		return nil, err
+	}
+	t.m = metrics.Current().Table(cfg.Name, cfg.MaxSize)
+	return t, nil
+}
+
+// newTable is NewTable for a table that the rank's metrics do not show (a
+// distributed table's scratch tables).
+func newTable(cfg Config) (*Table, error) {
 	rl := cfg.RateLimit
 	if rl == (RateLimit{}) {
 		rl = MinSize(1)
@@ -195,7 +208,9 @@ func (t *Table) Name() string { return t.name }
 // Errors: a priority the sampler or remover refuses; ErrClosed; the context's
 // error when it ends before the insert was allowed.
 func (t *Table) Insert(ctx context.Context, key uint64, priority float64, ref uint64) error {
+	span := t.m.Begin()
 	_, err := t.insert(ctx, Item{Key: key, Priority: priority, Ref: ref}, false)
+	t.m.EndInsert(span)
 	return err
 }
 
@@ -251,6 +266,7 @@ func (t *Table) placeLocked(slot int, it Item) {
 	_ = t.sampler.Insert(slot, it.Priority)
 	_ = t.remover.Insert(slot, it.Priority)
 	t.limiter.Insert(1)
+	t.m.Inserted(t.sampler.Len())
 }
 
 // trimLocked deletes the remover's pick when an insert took the table past its
@@ -284,7 +300,10 @@ func (t *Table) Sample(ctx context.Context, n int) ([]Sampled, error) {
 // SampleInto is Sample writing into dst (n = len(dst)); it returns how many items
 // it wrote. It allocates nothing once the table has sampled a batch of that size.
 func (t *Table) SampleInto(ctx context.Context, dst []Sampled) (int, error) {
-	return t.sampleInto(ctx, dst, nil)
+	span := t.m.Begin()
+	n, err := t.sampleInto(ctx, dst, nil)
+	t.m.EndSample(span, n)
+	return n, err
 }
 
 // sampleInto is SampleInto; onDeleted, when set, replaces OnDelete for the items
@@ -352,6 +371,7 @@ func (t *Table) sampleInto(ctx context.Context, dst []Sampled, onDeleted func(It
 			chunk *= 2
 		}
 	}
+	t.m.Sampled(got, t.sampler.Len())
 	t.notify()
 	return got, nil
 }
@@ -472,6 +492,7 @@ func (t *Table) Reset() error {
 	t.items, t.live, t.free = t.items[:0], t.live[:0], t.free[:0]
 	t.limiter.Reset()
 	t.uniqueSamples = 0
+	t.m.Resized(0)
 	t.notify()
 	return nil
 }
@@ -483,6 +504,7 @@ func (t *Table) Close() error {
 	defer t.mu.Unlock()
 	if !t.closed {
 		t.closed = true
+		t.m.Close()
 		close(t.done)
 		if t.selection != nil {
 			t.selection.forget(t.sampler)
@@ -585,6 +607,7 @@ func (t *Table) deleteSlot(slot int, hook func(Item)) {
 		t.free = append(t.free, int32(slot))
 	}
 	t.limiter.Delete(1)
+	t.m.Resized(t.sampler.Len())
 	if hook == nil {
 		hook = t.onDelete
 	}
@@ -604,15 +627,22 @@ func (t *Table) notify() {
 // waitLocked waits, with t.mu held on entry and on return, until ok holds, the
 // context ends or the table closes.
 func (t *Table) waitLocked(ctx context.Context, op string, blocked *int, ok func() bool) error {
+	var since int64 // when the wait began (metrics), once it blocks
 	for {
 		if t.closed {
+			t.m.Waited(blocked == &t.blockedIns, since)
 			return t.errClosed(op)
 		}
 		if ok() {
+			t.m.Waited(blocked == &t.blockedIns, since)
 			return nil
 		}
 		if err := ctx.Err(); err != nil {
+			t.m.Waited(blocked == &t.blockedIns, since)
 			return t.errWait(op, err)
+		}
+		if since == 0 {
+			since = t.m.BeginWait()
 		}
 		wake := t.wake
 		t.waiters++
@@ -645,6 +675,7 @@ func (t *Table) applyPickLocked(slot int, hook func(Item)) (Item, bool) {
 		t.uniqueSamples++
 	}
 	t.limiter.Sample(1)
+	t.m.Sampled(1, t.sampler.Len())
 	it := *p
 	if t.maxTimes > 0 && p.TimesSampled >= t.maxTimes {
 		t.deleteSlot(slot, hook)

@@ -181,3 +181,46 @@ func identAlive(id uint64) bool {
 	cur, ok := procIdent(int(id >> 32))
 	return ok && cur == id
 }
+
+// Census is a shard's rows by state and its writers attached, as CountRows
+// finds them.
+type Census struct {
+	Stats
+	Writers int // processes with a writer slot (the owner included)
+}
+
+// CountRows counts the rows of the shard segment name in each state and the
+// writers attached to it, without attaching (for tools such as gearrun top,
+// which read a running job's shards). It scans the status table: O(capacity).
+func CountRows(name string) (Census, error) {
+	if err := checkName(name); err != nil {
+		return Census{}, err
+	}
+	mem, err := openSegment(name)
+	if err != nil {
+		return Census{}, wrapOp(fmt.Sprintf("count rows of %q", name), err)
+	}
+	defer unix.Munmap(mem)
+	if (*atomic.Uint32)(unsafe.Pointer(&mem[offState])).Load() != stateReady {
+		return Census{}, wrapOp(fmt.Sprintf("count rows of %q", name), errNotReady)
+	}
+	l, err := parseHeader(mem, int64(len(mem)))
+	if err != nil {
+		return Census{}, wrapOp(fmt.Sprintf("count rows of %q", name), err)
+	}
+	base := unsafe.Pointer(&mem[0])
+	s := &Shard{
+		status:  unsafe.Add(base, l.statusOff),
+		slots:   unsafe.Add(base, l.slotsOff),
+		removed: (*atomic.Uint64)(unsafe.Add(base, offRemovals)),
+		cap:     uint32(l.spec.Capacity),
+		log:     newCommitLog((*atomic.Uint64)(unsafe.Add(base, offLogTail)), unsafe.Add(base, l.logOff), l.logCells),
+	}
+	c := Census{Stats: s.Stats()}
+	for i := 1; i < maxSlots; i++ {
+		if s.slotWord(i).Load() != 0 {
+			c.Writers++
+		}
+	}
+	return c, nil
+}

@@ -30,6 +30,7 @@ var benchmarks = []benchmark{
 	{"allgather", "AllGather per size; run under gearrun", benchAllGather},
 	{"reducescatter", "ReduceScatter (sum, float32) per size; run under gearrun", benchReduceScatter},
 	{"alltoall", "AllToAll per size; run under gearrun", benchAllToAll},
+	{"metrics", "what the library's metrics cost: 8 B AllReduce latency and 400 B inserts, off and on; run under gearrun", benchMetrics},
 	{"setup", "time to a usable communicator and the shared memory it takes; run under gearrun", benchSetup},
 	{"store", "shard insert rate and checkpoint/restore bandwidth", benchStore},
 	{"sample", "selection rate (uniform, prioritized, top-k) and priority updates", benchSample},

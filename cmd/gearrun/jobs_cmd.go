@@ -63,6 +63,8 @@ func runJobCommand(args []string, s stdio) int {
 	slurm := fs.Bool("slurm", false, "run inside a SLURM allocation (the batch script of gearrun submit does this)")
 	slurmTask := fs.Bool("slurm-task", false, "run one rank under srun (gearrun run --slurm does this)")
 	jobDir := fs.String("job-dir", "", "the job's directory in the state directory (with --slurm and --slurm-task)")
+	addr := fs.String("metrics-addr", "", "serve the job's metrics in Prometheus's text format at `ADDR` (host:port; a bare :port listens on loopback)")
+	trace := fs.String("trace", "", "write the job's Chrome trace to `FILE` when it ends (overrides launch.trace)")
 	if code, done := parseOneArg(fs, args); done {
 		return code
 	}
@@ -76,8 +78,11 @@ func runJobCommand(args []string, s stdio) int {
 		fmt.Fprintln(s.err, "gearrun: run: --dry-run prints the local plan; use gearrun submit --dry-run for the batch script")
 		return 2
 	}
+	if *trace != "" {
+		spec.Launch.Trace = *trace
+	}
 	if !*slurm && !*slurmTask {
-		return runLocal(spec, path, *dryRun, s)
+		return runLocal(spec, path, *dryRun, *addr, s)
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -333,7 +338,7 @@ func logsCommand(args []string, s stdio) int {
 }
 
 // runLocal runs a spec on this machine with the launcher, or prints its plan.
-func runLocal(spec *jobs.Spec, path string, dryRun bool, s stdio) int {
+func runLocal(spec *jobs.Spec, path string, dryRun bool, metricsAddr string, s stdio) int {
 	plan, err := spec.Plan(context.Background(), path)
 	if err != nil {
 		return fail(s, err)
@@ -343,6 +348,13 @@ func runLocal(spec *jobs.Spec, path string, dryRun bool, s stdio) int {
 			return fail(s, err)
 		}
 		return 0
+	}
+	if metricsAddr != "" {
+		srv, err := serveMetrics(metricsAddr, "", plan.JobID)
+		if err != nil {
+			return fail(s, err)
+		}
+		defer srv.Close()
 	}
 	return runPlan(plan, spec.Options(), s)
 }

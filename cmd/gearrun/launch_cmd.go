@@ -41,6 +41,9 @@ type launchFlags struct {
 	maxRestarts int
 	ckptDir     string
 	hosts       hostFlags
+	trace       string
+	traceEvents int
+	metricsAddr string
 }
 
 // groupFlags are the flags that describe one MPMD group; they may follow each ':'.
@@ -184,6 +187,9 @@ func (l *launchFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&l.maxRestarts, "max-restarts", 0, "when a rank fails, stop the world and start it again, at most `N` times (torchrun's --max-restarts); ranks see GEAR_RESTART_COUNT")
 	fs.StringVar(&l.ckptDir, "checkpoint-dir", "", "the job's checkpoint `DIR` (GEAR_CHECKPOINT_DIR), kept across restarts and after the job (default with --max-restarts: <state dir>/gear/checkpoints/<job ID>)")
 	l.hosts.register(fs)
+	fs.StringVar(&l.trace, "trace", "", "when the job ends, write its Chrome trace (collective calls, table inserts and samples, rate-limiter waits, restarts) to `FILE`, for Perfetto or chrome://tracing")
+	fs.IntVar(&l.traceEvents, "trace-events", launch.DefaultTraceEvents, "with --trace: the last `N` events each rank keeps")
+	fs.StringVar(&l.metricsAddr, "metrics-addr", "", "serve the job's metrics in Prometheus's text format at `ADDR` (host:port; a bare :port listens on loopback); nothing listens without it")
 	fs.StringVar(&l.topology, "topology", "", "with GPU binding: read the GPUs from this topology `FILE` instead of NVML (default $"+gmi.EnvTopology+")")
 }
 
@@ -406,11 +412,20 @@ func launchCommand(args []string, s stdio) int {
 		return 0
 	}
 	opts := launch.Options{
-		TagOutput: lf.tagOutput,
-		OutputDir: lf.outputDir,
-		Timeout:   lf.timeout,
-		Grace:     lf.grace,
-		Verbose:   lf.verbose,
+		TagOutput:   lf.tagOutput,
+		OutputDir:   lf.outputDir,
+		Timeout:     lf.timeout,
+		Grace:       lf.grace,
+		Verbose:     lf.verbose,
+		Trace:       lf.trace,
+		TraceEvents: lf.traceEvents,
+	}
+	if lf.metricsAddr != "" {
+		srv, err := serveMetrics(lf.metricsAddr, "", plan.JobID)
+		if err != nil {
+			return failCode(s, 2, err)
+		}
+		defer srv.Close()
 	}
 	if hosts != nil {
 		rem, err := lf.hosts.remote()

@@ -46,6 +46,7 @@ var commands = []command{
 	{"gpus", "list GPUs, MIG instances and MPS", gpusCommand},
 	{"gmi", "plan GMIs (gmi plan) or search the best GMIs per GPU (gmi search)", gmiCommand},
 	{"clean", "remove shared-memory segments of jobs that are gone", cleanCommand},
+	{"top", "show a running job's ranks, tables and collectives, live", topCommand},
 }
 
 func main() {

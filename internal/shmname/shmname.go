@@ -13,6 +13,7 @@
 //	gear.<job>.coll.<comm>.r<rank>.<nonce>        Coll: a host's collective rings, per generation
 //	gear.<job>.roles.<stream>.<name>....<nonce>   Roles: a role channel, per generation
 //	gear.<job>.store.<what>                       Store: a replay store shard, per job
+//	gear.<job>.metrics.r<rank>.g<gen>.p<pid>      Metrics: a rank's counters and trace ring, per job
 //	gear.<job>.<anything else>                    Data: other job data, such as a store shard named dqn.replay.0, per job
 //
 // A caller that makes a segment picks its kind by its lifetime: a segment
@@ -50,13 +51,17 @@ const (
 	// Store is a replay store shard named "store.<what>" (store's tests,
 	// gearbench); a restarted rank re-attaches to it.
 	Store Kind = "store"
+	// Metrics is a rank's metrics segment, "metrics.r<rank>.g<gen>.p<pid>",
+	// made by internal/metrics: per job, so that the launcher merges every
+	// generation's trace when the job ends.
+	Metrics Kind = "metrics"
 	// Data is any other segment of the job (a shard named "dqn.replay.0",
 	// a user's own): kept for the whole job.
 	Data Kind = ""
 )
 
 // kinds lists every Kind; Kinds returns a copy.
-var kinds = [...]Kind{Coll, Roles, Store, Data}
+var kinds = [...]Kind{Coll, Roles, Store, Metrics, Data}
 
 // Kinds returns every kind of segment, Data last.
 func Kinds() []Kind { return append([]Kind(nil), kinds[:]...) }

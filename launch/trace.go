@@ -1,0 +1,70 @@
+package launch
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gear-rl/gear/internal/metrics"
+	"github.com/gear-rl/gear/rank"
+)
+
+// DefaultTraceEvents is how many events each rank keeps for a job's trace
+// when Options.TraceEvents is 0: about 48 bytes each.
+const DefaultTraceEvents = 1 << 16
+
+// traceEnv returns env with rank.EnvTraceEvents set for a job with a trace
+// (file not empty), and without it otherwise, so that a launcher's own
+// setting does not reach the ranks of a job that asked for none.
+func traceEnv(env []string, file string, events int) []string {
+	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		return strings.HasPrefix(kv, rank.EnvTraceEvents+"=")
+	})
+	if file == "" {
+		return env
+	}
+	if events <= 0 {
+		events = DefaultTraceEvents
+	}
+	return append(env, rank.EnvTraceEvents+"="+strconv.Itoa(min(events, metrics.MaxTraceEvents)))
+}
+
+// WriteTrace writes the Chrome trace of job jobID, merged from its ranks'
+// metrics segments in shmDir ("": /dev/shm), to file, replacing it, and
+// returns the number of events written. Perfetto and chrome://tracing open
+// the file.
+func WriteTrace(file, shmDir, jobID string) (int, error) {
+	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+".*")
+	if err != nil {
+		return 0, fmt.Errorf("launch: trace: %w", err)
+	}
+	n, err := metrics.WriteTrace(tmp, shmDir, jobID)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), file)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return 0, fmt.Errorf("launch: trace %s: %w", file, err)
+	}
+	return n, nil
+}
+
+// writeTrace writes the job's trace, if asked, before its segments go, and
+// says where.
+func (j *job) writeTrace() {
+	if j.opts.Trace == "" {
+		return
+	}
+	n, err := WriteTrace(j.opts.Trace, j.opts.ShmDir, j.plan.JobID)
+	if err != nil {
+		j.stderr.write([]byte(fmt.Sprintf("%s: %s\n", j.opts.Name, strings.TrimPrefix(err.Error(), "launch: "))))
+		return
+	}
+	j.stderr.write([]byte(fmt.Sprintf("%s: trace of %d events in %s (open it in Perfetto or chrome://tracing)\n", j.opts.Name, n, j.opts.Trace)))
+}
