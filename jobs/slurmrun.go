@@ -271,13 +271,15 @@ func (g *slurmGeneration) run(ctx, runCtx context.Context, listen string, port i
 	w := newStepWatch()
 	var rdzvFailed atomic.Bool
 	cfg := rank.CoordinatorConfig{
-		Addr:       listen,
-		JobID:      g.jobID,
-		Token:      g.token,
-		Size:       world,
-		Generation: g.gen,
-		Timeout:    s.Launch.RdzvTimeout.D(),
-		Logger:     g.logger,
+		Addr:             listen,
+		JobID:            g.jobID,
+		Token:            g.token,
+		Size:             world,
+		Generation:       g.gen,
+		Timeout:          s.Launch.RdzvTimeout.D(),
+		Heartbeat:        s.Launch.Heartbeat.D(),
+		HeartbeatTimeout: s.Launch.HeartbeatTimeout.D(),
+		Logger:           g.logger,
 		OnFail: func(err error) {
 			fmt.Fprintf(stderr, "gearrun: rendezvous failed: %v\n", err)
 			w.note(fmt.Sprintf("rendezvous failed: %v", err))
