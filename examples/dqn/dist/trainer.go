@@ -95,7 +95,16 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 	if err != nil {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
-	defer shard.Close()
+	defer func() {
+		// A trainer stopped before its run is over (the launcher stops the
+		// world for a restart) leaves its shard for the next generation,
+		// every committed row in it; whoever ends the job removes it.
+		if checkpointDir(r.b) != "" && ctx.Err() != nil && !res.Solved {
+			shard.Detach()
+			return
+		}
+		shard.Close()
+	}()
 	name = shard.Name()
 	if found != "" {
 		r.hooks.Logf("trainer %d: %s", r.trainerIndex(r.me), found)
