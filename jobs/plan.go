@@ -38,11 +38,13 @@ func (s *Spec) Request(ctx context.Context, specPath string, opts ...PlanOption)
 		o(&cfg)
 	}
 	req := launch.Request{
-		RdzvTimeout:   s.Launch.RdzvTimeout.D(),
-		Env:           envList(s.Launch.Env),
-		NoTorchEnv:    !s.Launch.TorchEnvOn(),
-		MaxRestarts:   s.Launch.Restarts,
-		CheckpointDir: s.Launch.CheckpointDir,
+		RdzvTimeout:       s.Launch.RdzvTimeout.D(),
+		HeartbeatInterval: s.Launch.Heartbeat.D(),
+		HeartbeatTimeout:  s.Launch.HeartbeatTimeout.D(),
+		Env:               envList(s.Launch.Env),
+		NoTorchEnv:        !s.Launch.TorchEnvOn(),
+		MaxRestarts:       s.Launch.Restarts,
+		CheckpointDir:     s.Launch.CheckpointDir,
 	}
 	if specPath != "" {
 		abs, err := filepath.Abs(specPath)

@@ -57,6 +57,9 @@ type SlurmRun struct {
 	Stdout, Stderr io.Writer
 	// Logger receives the coordinator's news; nil discards.
 	Logger *slog.Logger
+	// NoSweep leaves out the sweep of the allocation's nodes at the job's
+	// start and end (SweepNode): for a Srun that runs no real step.
+	NoSweep bool
 }
 
 // Run runs the job to its end and returns gearrun's account of it; the Result's
@@ -136,7 +139,9 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	gens := &slurmGenerations{slurmJob: job, nodeAddr: nodeAddr, runCtx: runCtx, listen: listen, port: port,
 		nodes: hosts, world: s.WorldSize(), firstAddr: firstAddr}
 	loop := &launch.RestartLoop{Name: "gearrun", Max: s.Launch.Restarts, Out: stderr}
+	sr.sweep(ctx, hosts, jobID, stderr, "start")
 	loop.Run(ctx, gens)
+	sr.sweep(ctx, hosts, jobID, stderr, "end")
 	if gens.err != nil {
 		return nil, gens.err
 	}
@@ -271,13 +276,15 @@ func (g *slurmGeneration) run(ctx, runCtx context.Context, listen string, port i
 	w := newStepWatch()
 	var rdzvFailed atomic.Bool
 	cfg := rank.CoordinatorConfig{
-		Addr:       listen,
-		JobID:      g.jobID,
-		Token:      g.token,
-		Size:       world,
-		Generation: g.gen,
-		Timeout:    s.Launch.RdzvTimeout.D(),
-		Logger:     g.logger,
+		Addr:             listen,
+		JobID:            g.jobID,
+		Token:            g.token,
+		Size:             world,
+		Generation:       g.gen,
+		Timeout:          s.Launch.RdzvTimeout.D(),
+		Heartbeat:        s.Launch.Heartbeat.D(),
+		HeartbeatTimeout: s.Launch.HeartbeatTimeout.D(),
+		Logger:           g.logger,
 		OnFail: func(err error) {
 			fmt.Fprintf(stderr, "gearrun: rendezvous failed: %v\n", err)
 			w.note(fmt.Sprintf("rendezvous failed: %v", err))

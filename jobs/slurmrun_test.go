@@ -84,7 +84,7 @@ func runFakeSlurm(t *testing.T, doc string) (*Result, string, string) {
 	sr := &SlurmRun{
 		Spec: spec, SpecPath: specPath, JobDir: jobDir,
 		Gearrun: self, TaskArgs: []string{}, Srun: srun, ListenAddr: "127.0.0.1:0",
-		Stdout: &stdout, Stderr: &stderr,
+		Stdout: &stdout, Stderr: &stderr, NoSweep: true,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

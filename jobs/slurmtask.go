@@ -80,6 +80,7 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	if d := s.Launch.RdzvTimeout.D(); d > 0 {
 		info.RdzvTimeout = d
 	}
+	info.HeartbeatInterval, info.HeartbeatTimeout = s.Launch.Heartbeat.D(), s.Launch.HeartbeatTimeout.D()
 	host, _ := lookup("SLURMD_NODENAME")
 	if host == "" {
 		host, _ = os.Hostname()

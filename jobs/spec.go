@@ -56,6 +56,12 @@ type Launch struct {
 	// RdzvTimeout bounds how long ranks wait for the world to assemble; 0 leaves
 	// the rank package's default.
 	RdzvTimeout Duration `toml:"rdzv_timeout,omitempty"`
+	// Heartbeat is how often the coordinator pings each rank, and
+	// HeartbeatTimeout how long it and a rank wait for a word from each
+	// other before the other is taken for lost (gearrun's --heartbeat and
+	// --heartbeat-timeout); 0 leaves the rank package's defaults.
+	Heartbeat        Duration `toml:"heartbeat,omitempty"`
+	HeartbeatTimeout Duration `toml:"heartbeat_timeout,omitempty"`
 	// OutputDir, when set, receives one output file per rank.
 	OutputDir string `toml:"output_dir,omitempty"`
 	// Trace, when set, is the file where gearrun writes the job's Chrome

@@ -136,6 +136,17 @@ func (v *validator) launch(l *Launch, mpmd bool, world int) {
 	if l.RdzvTimeout < 0 {
 		v.add("launch.rdzv_timeout", "must not be negative, got %s", l.RdzvTimeout)
 	}
+	if l.Heartbeat < 0 {
+		v.add("launch.heartbeat", "must not be negative, got %s", l.Heartbeat)
+	}
+	if l.HeartbeatTimeout < 0 {
+		v.add("launch.heartbeat_timeout", "must not be negative, got %s", l.HeartbeatTimeout)
+	}
+	if l.Heartbeat >= 0 && l.HeartbeatTimeout >= 0 {
+		if err := rank.CheckHeartbeat(l.Heartbeat.D(), l.HeartbeatTimeout.D()); err != nil {
+			v.add("launch.heartbeat_timeout", "%v", err)
+		}
+	}
 	if strings.ContainsAny(l.OutputDir, "\x00\n") {
 		v.add("launch.output_dir", "must not contain NUL or newline")
 	}

@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +29,11 @@ func (p *Plan) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "elastic size: %d to %d ranks (-np %d:%d)\n", p.MinSize, p.MaxSize, p.MinSize, p.MaxSize)
 	}
 	fmt.Fprintf(&b, "rendezvous %s, timeout %v, token %s\n", p.shownRdzvAddr(), time.Duration(p.RdzvTimeout), maskedToken)
+	if p.HeartbeatInterval > 0 || p.HeartbeatTimeout > 0 {
+		i, t := time.Duration(p.HeartbeatInterval), time.Duration(p.HeartbeatTimeout)
+		fmt.Fprintf(&b, "heartbeat every %v, timeout %v: a silent rank is lost within %v\n",
+			cmp.Or(i, rank.DefaultHeartbeat), cmp.Or(t, rank.DefaultHeartbeatTimeout), rank.DetectionTime(i, t))
+	}
 	if p.TorchEnv {
 		port := "(a free port reserved at launch)"
 		if p.MasterPort > 0 {

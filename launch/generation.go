@@ -71,6 +71,7 @@ func (j *job) startCoordinator() error {
 		Addr: p.RdzvAddr, JobID: p.JobID, Token: p.Token, Size: len(p.Ranks),
 		Generation: p.Restart,
 		Timeout:    time.Duration(p.RdzvTimeout), Logger: j.log, ExitReports: true,
+		Heartbeat: time.Duration(p.HeartbeatInterval), HeartbeatTimeout: time.Duration(p.HeartbeatTimeout),
 		OnFail: func(err error) {
 			select {
 			case j.rdzvFail <- err:
@@ -161,6 +162,7 @@ func (g *localGenerations) RunGeneration(ctx context.Context, gen int, decide fu
 	j.finish()
 	j.reaper.close()
 	j.coord.Close()
+	j.log.Debug("launch: heartbeat", "generation", gen, "longest_silence", j.coord.LongestSilence())
 	if !j.decide(decide) {
 		return false
 	}

@@ -241,6 +241,7 @@ func (hj *hostJob) generation(ctx context.Context, gen int, listen string) (stri
 	cfg := rank.CoordinatorConfig{
 		Addr: listen, JobID: p.JobID, Token: p.Token, Size: n, Generation: gen,
 		Timeout: time.Duration(p.RdzvTimeout), Logger: hj.log, ExitReports: true,
+		Heartbeat: time.Duration(p.HeartbeatInterval), HeartbeatTimeout: time.Duration(p.HeartbeatTimeout),
 		OnFail: func(err error) {
 			select {
 			case hj.rdzvFail <- err:

@@ -28,6 +28,10 @@ type Request struct {
 	RdzvAddr string
 	// RdzvTimeout bounds the world's assembly; 0 means rank.DefaultRdzvTimeout.
 	RdzvTimeout time.Duration
+	// HeartbeatInterval and HeartbeatTimeout are the job's heartbeat
+	// (Plan.HeartbeatInterval, Plan.HeartbeatTimeout); 0 means the rank
+	// package's defaults.
+	HeartbeatInterval, HeartbeatTimeout time.Duration
 	// Env is passed to every rank, mpirun's -x convention: "NAME=VALUE", or
 	// "NAME" to pass the launcher's own value of NAME (looked up with Lookup).
 	Env []string
@@ -133,7 +137,15 @@ type Plan struct {
 	Token       string   `json:"token"`
 	RdzvAddr    string   `json:"rdzv_addr"`
 	RdzvTimeout Duration `json:"rdzv_timeout"`
-	NumNodes    int      `json:"num_nodes"`
+	// HeartbeatInterval is how often the coordinator pings each rank, and
+	// HeartbeatTimeout how long either side waits for a word from the other
+	// before it takes it for gone (GEAR_HEARTBEAT_INTERVAL,
+	// GEAR_HEARTBEAT_TIMEOUT); a silent rank is lost within
+	// rank.DetectionTime of the two. 0: rank.DefaultHeartbeat and
+	// rank.DefaultHeartbeatTimeout.
+	HeartbeatInterval Duration `json:"heartbeat_interval,omitempty"`
+	HeartbeatTimeout  Duration `json:"heartbeat_timeout,omitempty"`
+	NumNodes          int      `json:"num_nodes"`
 	// Hosts names the job's hosts in node order when its ranks run on other
 	// hosts (PlaceOnHosts); empty for a job on this machine.
 	Hosts []string `json:"hosts,omitempty"`
@@ -263,6 +275,10 @@ func NewPlan(req Request) (*Plan, error) {
 	if p.RdzvTimeout == 0 {
 		p.RdzvTimeout = Duration(rank.DefaultRdzvTimeout)
 	}
+	if err := rank.CheckHeartbeat(req.HeartbeatInterval, req.HeartbeatTimeout); err != nil {
+		return nil, fmt.Errorf("launch: %w", err)
+	}
+	p.HeartbeatInterval, p.HeartbeatTimeout = Duration(req.HeartbeatInterval), Duration(req.HeartbeatTimeout)
 	if !req.NoTorchEnv {
 		p.TorchEnv = true
 		p.MasterAddr = masterHost(p.RdzvAddr)
@@ -477,6 +493,7 @@ func (p *Plan) rankInfo(r int, rdzvAddr string) rank.Info {
 		RdzvAddr: rdzvAddr, RdzvTimeout: time.Duration(p.RdzvTimeout),
 		JobID: p.JobID, Token: p.Token,
 		Restart: p.Restart, CheckpointDir: p.CheckpointDir,
+		HeartbeatInterval: time.Duration(p.HeartbeatInterval), HeartbeatTimeout: time.Duration(p.HeartbeatTimeout),
 		Source: rank.SourceGear,
 	}
 }

@@ -20,7 +20,7 @@ func ContractEnv() []string {
 	return []string{
 		EnvRank, EnvWorldSize, EnvLocalRank, EnvLocalSize, EnvNodeRank, EnvNumNodes,
 		EnvRole, EnvRoleRank, EnvRdzvAddr, EnvRdzvTimeout, EnvJobID, EnvJobToken,
-		EnvRestartCount, EnvCheckpointDir,
+		EnvRestartCount, EnvCheckpointDir, EnvHeartbeatInterval, EnvHeartbeatTimeout,
 	}
 }
 
@@ -49,7 +49,8 @@ func LauncherEnv() []string {
 // SourceGear: every fact of i but Source and ServeRdzv, which are the
 // decoder's. GEAR_RDZV_TIMEOUT is left out while RdzvTimeout is not positive
 // (the rank takes DefaultRdzvTimeout), GEAR_CHECKPOINT_DIR while CheckpointDir
-// is "". The entries hold the token: never print them.
+// is "", GEAR_HEARTBEAT_INTERVAL and GEAR_HEARTBEAT_TIMEOUT while
+// HeartbeatInterval and HeartbeatTimeout are not positive (the defaults). The entries hold the token: never print them.
 func (i Info) Environ() []string {
 	itoa := strconv.Itoa
 	env := []string{
@@ -73,6 +74,12 @@ func (i Info) Environ() []string {
 	if i.CheckpointDir != "" {
 		env = append(env, EnvCheckpointDir+"="+i.CheckpointDir)
 	}
+	if i.HeartbeatInterval > 0 {
+		env = append(env, EnvHeartbeatInterval+"="+i.HeartbeatInterval.String())
+	}
+	if i.HeartbeatTimeout > 0 {
+		env = append(env, EnvHeartbeatTimeout+"="+i.HeartbeatTimeout.String())
+	}
 	return env
 }
 
@@ -86,7 +93,7 @@ func (i Info) Environ() []string {
 // the highest, and puts defaults that the inherited values override at the
 // front of base. MergeEnv modifies neither slice.
 func MergeEnv(base, add []string, drop ...string) []string {
-	skip := make(map[string]bool, len(drop)+15)
+	skip := make(map[string]bool, len(drop)+17)
 	for _, name := range append(ContractEnv(), EnvGMILayout) {
 		skip[name] = true
 	}

@@ -22,6 +22,7 @@ func fullInfo() Info {
 		RdzvAddr: "10.0.0.1:7000", RdzvTimeout: 17 * time.Second,
 		JobID: "11111111-2222-3333-4444-555555555555", Token: "tok",
 		Restart: 7, CheckpointDir: "/ckpt/job",
+		HeartbeatInterval: 300 * time.Millisecond, HeartbeatTimeout: 20 * time.Second,
 		Source: SourceGear,
 	}
 }

@@ -41,6 +41,15 @@ const (
 	// shards and the parameter service its latest version, so that a restarted
 	// world finds them. Unset when the job has none.
 	EnvCheckpointDir = "GEAR_CHECKPOINT_DIR"
+	// EnvHeartbeatInterval is how often the coordinator pings each rank (a Go
+	// duration such as "500ms"); unset, DefaultHeartbeat. A rank reads it
+	// only when it serves the rendezvous itself (SLURM without gearrun).
+	EnvHeartbeatInterval = "GEAR_HEARTBEAT_INTERVAL"
+	// EnvHeartbeatTimeout is how long a rank waits for a word from the
+	// coordinator before it takes it for gone (a Go duration such as "5s");
+	// unset, DefaultHeartbeatTimeout. The launcher's coordinator waits as
+	// long for the rank's.
+	EnvHeartbeatTimeout = "GEAR_HEARTBEAT_TIMEOUT"
 )
 
 // Optional settings a rank reads; the launcher sets some of them when asked

@@ -58,6 +58,11 @@ type Info struct {
 	// CheckpointDir is the job's checkpoint directory (GEAR_CHECKPOINT_DIR),
 	// "" when the job has none.
 	CheckpointDir string
+	// HeartbeatInterval and HeartbeatTimeout are the job's heartbeat
+	// (GEAR_HEARTBEAT_INTERVAL, GEAR_HEARTBEAT_TIMEOUT): how often the
+	// coordinator pings, and how long either side waits for a word from the
+	// other. 0 means DefaultHeartbeat and DefaultHeartbeatTimeout.
+	HeartbeatInterval, HeartbeatTimeout time.Duration
 
 	Source Source
 	// ServeRdzv is set when this process must run the coordinator itself: rank 0
@@ -105,6 +110,21 @@ func FromLookup(lookup func(string) (string, bool)) (Info, error) {
 			return Info{}, fmt.Errorf("rank: %s=%q: want a positive duration such as 30s", EnvRdzvTimeout, d)
 		}
 		info.RdzvTimeout = t
+	}
+	for _, hb := range []struct {
+		name string
+		d    *time.Duration
+	}{{EnvHeartbeatInterval, &info.HeartbeatInterval}, {EnvHeartbeatTimeout, &info.HeartbeatTimeout}} {
+		if d := get(hb.name); d != "" {
+			t, err := time.ParseDuration(d)
+			if err != nil || t <= 0 {
+				return Info{}, fmt.Errorf("rank: %s=%q: want a positive duration such as 5s", hb.name, d)
+			}
+			*hb.d = t
+		}
+	}
+	if err := CheckHeartbeat(info.HeartbeatInterval, info.HeartbeatTimeout); err != nil {
+		return Info{}, err
 	}
 	p := envParser{lookup: lookup}
 	info.CheckpointDir = get(EnvCheckpointDir)

@@ -134,6 +134,9 @@ func Init(ctx context.Context, opts ...Option) (*World, error) {
 		host = HostID()
 	}
 	if cfg.heartbeat <= 0 {
+		cfg.heartbeat = info.HeartbeatTimeout
+	}
+	if cfg.heartbeat <= 0 {
 		cfg.heartbeat = DefaultHeartbeatTimeout
 	}
 	w := &World{
@@ -167,7 +170,8 @@ func Init(ctx context.Context, opts ...Option) (*World, error) {
 			}
 		}
 		c, err := NewCoordinator(CoordinatorConfig{Addr: addr, JobID: info.JobID, Token: info.Token,
-			Size: info.Size, Generation: info.Restart, Timeout: info.RdzvTimeout, Logger: log})
+			Size: info.Size, Generation: info.Restart, Timeout: info.RdzvTimeout, Logger: log,
+			Heartbeat: info.HeartbeatInterval, HeartbeatTimeout: info.HeartbeatTimeout})
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package sample
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/gear-rl/gear/store"
@@ -66,4 +67,39 @@ func (t *Table) insertAdmitted(it Item) (bool, error) {
 	t.limiter.SetCounts(ins, smp+int64(t.limiter.Config().SamplesPerInsert+0.5), del)
 	t.trimLocked()
 	return true, nil
+}
+
+// ResumeCounts carries the rate limiter's counts over from the table of an
+// earlier generation of the job over the same rows (a shard re-attached or
+// restored): inserts and samples are that table's Info().Inserts and
+// Info().Samples when it held size items, as the caller saved them with its
+// checkpoint. The rows the shard held beyond size (committed after the
+// counts were saved) count as inserts and as SamplesPerInsert samples each,
+// as admitExisting counts them, and deletes are set so that inserts -
+// deletes is the table's size now: a restarted table keeps its pace (the
+// balance between inserts and samples) and its insert count where the
+// earlier one left them, instead of starting from the rows alone. Call it
+// once, before the first Insert or Sample; the counts of the rows the table
+// admitted at construction are replaced.
+//
+// Errors: ErrClosed; negative counts, named.
+func (st *ShardTable) ResumeCounts(inserts, samples int64, size int) error {
+	if inserts < 0 || samples < 0 || size < 0 {
+		return fmt.Errorf("sample: table %q: resume counts: inserts %d, samples %d, size %d: want none negative", st.t.name, inserts, samples, size)
+	}
+	t := st.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return t.errClosed("resume counts")
+	}
+	now := int64(t.sampler.Len())
+	if extra := now - int64(size); extra > 0 {
+		inserts += extra
+		samples += extra * int64(t.limiter.Config().SamplesPerInsert+0.5)
+	}
+	inserts = max(inserts, now)
+	t.limiter.SetCounts(inserts, samples, inserts-now)
+	t.notify()
+	return nil
 }

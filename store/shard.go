@@ -392,14 +392,25 @@ func (s *Shard) ColumnSpec(col int) Column {
 // its writer slot and unmaps the segment; the owner's Close also marks the shard
 // closed and removes the segment. Close is idempotent; every Pending and View must
 // be finished before it.
-func (s *Shard) Close() error {
+func (s *Shard) Close() error { return s.close(true) }
+
+// Detach releases this handle as Close does, but an owner leaves the shard
+// ready and its segment in place, as if its process had died: the next
+// process that opens it (Open) takes it over with every committed row. A
+// rank stopped for a restart detaches its shard, so that the next
+// generation re-attaches it rather than restoring an older checkpoint.
+// Whoever ends the job removes the segment (the launcher, gearrun's sweep
+// under SLURM).
+func (s *Shard) Detach() error { return s.close(false) }
+
+func (s *Shard) close(remove bool) error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
 	if s.closed.Load() {
 		return s.closeErr
 	}
 	s.closed.Store(true)
-	if s.owner {
+	if s.owner && remove {
 		s.state.Store(stateClosed)
 	}
 	for i := range s.cap {
@@ -413,7 +424,7 @@ func (s *Shard) Close() error {
 	}
 	s.slotWord(s.slot).CompareAndSwap(s.ident, 0)
 	var errs []error
-	if s.owner {
+	if s.owner && remove {
 		if err := unix.Unlink(segmentPath(s.name)); err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, &fs.PathError{Op: "remove", Path: segmentPath(s.name), Err: err})
 		}

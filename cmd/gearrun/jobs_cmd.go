@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gear-rl/gear/jobs"
+	"github.com/gear-rl/gear/rank"
 )
 
 // The job-spec commands: validate, run, submit, status, cancel, logs. Each parses
@@ -62,6 +63,7 @@ func runJobCommand(args []string, s stdio) int {
 	dryRun := fs.Bool("dry-run", false, "print the resolved launch plan and exit")
 	slurm := fs.Bool("slurm", false, "run inside a SLURM allocation (the batch script of gearrun submit does this)")
 	slurmTask := fs.Bool("slurm-task", false, "run one rank under srun (gearrun run --slurm does this)")
+	slurmSweep := fs.Bool("slurm-sweep", false, "remove, on this node, the segments of $GEAR_JOB_ID and of ended jobs (gearrun run --slurm does this on every node at the job's start and end)")
 	jobDir := fs.String("job-dir", "", "the job's directory in the state directory (with --slurm and --slurm-task)")
 	addr := fs.String("metrics-addr", "", "serve the job's metrics in Prometheus's text format at `ADDR` (host:port; a bare :port listens on loopback)")
 	trace := fs.String("trace", "", "write the job's Chrome trace to `FILE` when it ends (overrides launch.trace)")
@@ -73,6 +75,12 @@ func runJobCommand(args []string, s stdio) int {
 	if err != nil {
 		fmt.Fprintln(s.err, err)
 		return 1
+	}
+	if *slurmSweep {
+		if err := jobs.SweepNode("", "", os.Getenv(rank.EnvJobID), s.err); err != nil {
+			return fail(s, err)
+		}
+		return 0
 	}
 	if *dryRun && (*slurm || *slurmTask) {
 		fmt.Fprintln(s.err, "gearrun: run: --dry-run prints the local plan; use gearrun submit --dry-run for the batch script")

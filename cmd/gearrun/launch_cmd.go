@@ -34,16 +34,18 @@ type launchFlags struct {
 	json        bool
 	rdzvAddr    string
 	rdzvTimeout time.Duration
-	jobID       string
-	verbose     bool
-	topology    string
-	torchEnv    bool
-	maxRestarts int
-	ckptDir     string
-	hosts       hostFlags
-	trace       string
-	traceEvents int
-	metricsAddr string
+	// heartbeat and heartbeatTimeout: --heartbeat, --heartbeat-timeout (0: the defaults).
+	heartbeat, heartbeatTimeout time.Duration
+	jobID                       string
+	verbose                     bool
+	topology                    string
+	torchEnv                    bool
+	maxRestarts                 int
+	ckptDir                     string
+	hosts                       hostFlags
+	trace                       string
+	traceEvents                 int
+	metricsAddr                 string
 }
 
 // groupFlags are the flags that describe one MPMD group; they may follow each ':'.
@@ -181,6 +183,8 @@ func (l *launchFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&l.json, "json", false, "with --dry-run: print the plan as JSON")
 	fs.StringVar(&l.rdzvAddr, "rdzv-addr", "127.0.0.1:0", "address the rendezvous coordinator listens on")
 	fs.DurationVar(&l.rdzvTimeout, "rdzv-timeout", rank.DefaultRdzvTimeout, "how long the ranks may take to join, from the first arrival")
+	fs.DurationVar(&l.heartbeat, "heartbeat", 0, "how often the coordinator pings each rank (0: "+rank.DefaultHeartbeat.String()+"); ranks see "+rank.EnvHeartbeatInterval)
+	fs.DurationVar(&l.heartbeatTimeout, "heartbeat-timeout", 0, "how long the coordinator and a rank wait for a word from each other before the rank (or the coordinator) is taken for lost (0: "+rank.DefaultHeartbeatTimeout.String()+"); at least twice --heartbeat; ranks see "+rank.EnvHeartbeatTimeout)
 	fs.StringVar(&l.jobID, "job-id", "", "job ID (default: a new UUID)")
 	fs.BoolVar(&l.verbose, "v", false, "log the launcher's steps on stderr")
 	fs.BoolVar(&l.torchEnv, "torch-env", true, "set torchrun's variables for every rank (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...), so that torch.distributed's env:// init works")
@@ -292,7 +296,9 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		flag string
 		v    time.Duration
 		zero string
-	}{{"timeout", lf.timeout, "0 means none"}, {"grace", lf.grace, "0 means the default, " + launch.DefaultGrace.String()}, {"rdzv-timeout", lf.rdzvTimeout, "0 means the default, " + rank.DefaultRdzvTimeout.String()}} {
+	}{{"timeout", lf.timeout, "0 means none"}, {"grace", lf.grace, "0 means the default, " + launch.DefaultGrace.String()}, {"rdzv-timeout", lf.rdzvTimeout, "0 means the default, " + rank.DefaultRdzvTimeout.String()},
+		{"heartbeat", lf.heartbeat, "0 means the default, " + rank.DefaultHeartbeat.String()},
+		{"heartbeat-timeout", lf.heartbeatTimeout, "0 means the default, " + rank.DefaultHeartbeatTimeout.String()}} {
 		if d.v < 0 {
 			return lf, req, fmt.Errorf("--%s %v: must not be negative (%s)", d.flag, d.v, d.zero)
 		}
@@ -300,6 +306,10 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 	req.JobID = lf.jobID
 	req.RdzvAddr = lf.rdzvAddr
 	req.RdzvTimeout = lf.rdzvTimeout
+	if err := rank.CheckHeartbeat(lf.heartbeat, lf.heartbeatTimeout); err != nil {
+		return lf, req, fmt.Errorf("--heartbeat %v, --heartbeat-timeout %v: %w", lf.heartbeat, lf.heartbeatTimeout, err)
+	}
+	req.HeartbeatInterval, req.HeartbeatTimeout = lf.heartbeat, lf.heartbeatTimeout
 	req.NoTorchEnv = !lf.torchEnv
 	if lf.maxRestarts < 0 {
 		return lf, req, fmt.Errorf("--max-restarts %d: must not be negative (0 means none)", lf.maxRestarts)

@@ -95,6 +95,40 @@ func NewLearner(cfg Config, obsSize, numActions int, rng *rand.Rand) (*CPULearne
 	return l, nil
 }
 
+// LearnerState is what a CPULearner carries from one gradient step to the
+// next beyond its online parameters: the target network, Adam's moments and
+// step count, the gradient steps taken and the largest priority seen. A
+// restarted trainer restores it (SetState) to continue the same learning.
+type LearnerState struct {
+	Target    []float32
+	Adam      nn.AdamState
+	GradSteps int64
+	MaxPrio   float64
+}
+
+// State returns a copy of the learner's state.
+func (l *CPULearner) State() LearnerState {
+	return LearnerState{Target: append([]float32(nil), l.target.Params()...), Adam: l.opt.State(),
+		GradSteps: l.gradSteps, MaxPrio: l.maxPrio}
+}
+
+// SetState restores a state that State returned, from a learner of the same
+// configuration: the target network, the optimizer and the counts. The
+// online parameters are the caller's to set (Online().SetParams).
+func (l *CPULearner) SetState(s LearnerState) error {
+	if err := l.target.SetParams(s.Target); err != nil {
+		return fmt.Errorf("agent: learner state: target: %w", err)
+	}
+	if err := l.opt.SetState(s.Adam); err != nil {
+		return fmt.Errorf("agent: learner state: %w", err)
+	}
+	if s.GradSteps < 0 || !(s.MaxPrio > 0) {
+		return fmt.Errorf("agent: learner state: %d gradient steps, max priority %v: want >= 0 and > 0", s.GradSteps, s.MaxPrio)
+	}
+	l.gradSteps, l.maxPrio = s.GradSteps, s.MaxPrio
+	return nil
+}
+
 // LayerSizes returns the Q network's layer sizes for cfg.
 func LayerSizes(cfg Config, obsSize, numActions int) []int {
 	s := append([]int{obsSize}, cfg.Hidden...)

@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -14,6 +15,7 @@ import (
 	"github.com/gear-rl/gear/collective"
 	"github.com/gear-rl/gear/examples/dqn/agent"
 	"github.com/gear-rl/gear/roles"
+	"github.com/gear-rl/gear/sample"
 	"github.com/gear-rl/gear/store"
 )
 
@@ -174,7 +176,12 @@ func (r *rankRun) openShard(ctx context.Context, name string, spec store.Spec, m
 // reads it and keeps it up to date from then on; every trainer then takes the
 // parameters and the version to publish above from the first. It returns that
 // version (0 for a fresh start).
-func (r *rankRun) resumeParams(ctx context.Context, theta *roles.Publisher, l *agent.CPULearner) (uint64, error) {
+//
+// With a trainer state from the last generation (ts), the first trainer's
+// online parameters are the state's, which are as new as its last
+// checkpoint, and every trainer takes its target network and Adam's moments
+// from it, so that learning goes on where it stopped.
+func (r *rankRun) resumeParams(ctx context.Context, theta *roles.Publisher, l *agent.CPULearner, ts *trainerState) (uint64, error) {
 	dir := checkpointDir(r.b)
 	if dir == "" {
 		return 0, nil
@@ -197,6 +204,17 @@ func (r *rankRun) resumeParams(ctx context.Context, theta *roles.Publisher, l *a
 			base = c.Reserved
 			r.hooks.Logf("trainer %d: parameters of version %d resumed from %s; versions go on from %d", r.trainerIndex(r.me), c.Version, path, base+1)
 		}
+		if ts != nil {
+			if err := l.Online().SetParams(ts.Online); err != nil {
+				return 0, fmt.Errorf("trainer state: %w", err)
+			}
+		}
+	}
+	if ts != nil {
+		if err := l.SetState(ts.Learner); err != nil {
+			return 0, err
+		}
+		r.hooks.Logf("trainer %d: learner resumed: %d gradient steps, Adam step %d; table counts %d inserts, %d samples", r.trainerIndex(r.me), ts.Learner.GradSteps, ts.Learner.Adam.Steps, ts.Inserts, ts.Samples)
 	}
 	if r.comm != nil {
 		root := r.trainerIndex(r.plan.Publisher)
@@ -208,6 +226,9 @@ func (r *rankRun) resumeParams(ctx context.Context, theta *roles.Publisher, l *a
 			return 0, fmt.Errorf("parameter broadcast: %w", err)
 		}
 		base = uint64(v[0])
+	}
+	if ts != nil {
+		return base, nil // the target network is the state's
 	}
 	return base, l.Target().CopyFrom(l.Online())
 }
@@ -248,4 +269,91 @@ func (r *rankRun) checkpointShards(ctx context.Context, shard *store.Shard, dir 
 		}
 		merged = nil
 	}
+}
+
+// trainerState is what a trainer checkpoints beside its shard every
+// CheckpointEvery, so that a restarted generation continues the same
+// learning instead of starting its optimizer and its table's pacing afresh:
+// the online parameters and the learner's state (target network, Adam's
+// moments), and the rate limiter's counts with the table's size when they
+// were taken.
+type trainerState struct {
+	Online   []float32
+	Learner  agent.LearnerState
+	Inserts  int64
+	Samples  int64
+	Size     int
+	Label    uint64 // checkpointLabel of the writer
+	Trainers int
+}
+
+// trainerStateFile is the path of trainer index's state checkpoint.
+func trainerStateFile(dir string, index int) string {
+	return filepath.Join(dir, fmt.Sprintf("trainer.%d.state", index))
+}
+
+// saveTrainerState writes s to path atomically: a reader finds the old file
+// or the new one, whole.
+func saveTrainerState(path string, s *trainerState) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("dist: trainer state: %w", err)
+	}
+	tmp := f.Name()
+	err = gob.NewEncoder(f).Encode(s)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("dist: trainer state %s: %w", path, err)
+	}
+	return nil
+}
+
+// loadTrainerState reads the state that trainer index, or else the first
+// trainer, of an earlier generation left in dir; nil without error when
+// there is none (a fresh job, a job without a checkpoint directory).
+func loadTrainerState(dir string, index int) (*trainerState, string, error) {
+	if dir == "" {
+		return nil, "", nil
+	}
+	for _, i := range []int{index, 0} {
+		path := trainerStateFile(dir, i)
+		f, err := os.Open(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("dist: trainer state: %w", err)
+		}
+		var s trainerState
+		err = gob.NewDecoder(f).Decode(&s)
+		f.Close()
+		if err != nil {
+			return nil, "", fmt.Errorf("dist: trainer state %s: %w", path, err)
+		}
+		return &s, path, nil
+	}
+	return nil, "", nil
+}
+
+// resumeCounts restores the table's counts that s holds (resumeParams
+// restores the learner's state). With nt trainers now and s.Trainers then,
+// the counts are scaled so that the job's totals stay.
+func (r *rankRun) resumeCounts(st *sample.ShardTable, s *trainerState, nt int) error {
+	if s == nil {
+		return nil
+	}
+	ins, smp := s.Inserts, s.Samples
+	if s.Trainers > 0 && s.Trainers != nt {
+		ins, smp = ins*int64(s.Trainers)/int64(nt), smp*int64(s.Trainers)/int64(nt)
+	}
+	return st.ResumeCounts(ins, smp, s.Size)
 }

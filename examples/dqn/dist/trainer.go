@@ -95,7 +95,16 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 	if err != nil {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
-	defer shard.Close()
+	defer func() {
+		// A trainer stopped before its run is over (the launcher stops the
+		// world for a restart) leaves its shard for the next generation,
+		// every committed row in it; whoever ends the job removes it.
+		if checkpointDir(r.b) != "" && ctx.Err() != nil && !res.Solved {
+			shard.Detach()
+			return
+		}
+		shard.Close()
+	}()
 	name = shard.Name()
 	if found != "" {
 		r.hooks.Logf("trainer %d: %s", r.trainerIndex(r.me), found)
@@ -119,6 +128,19 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
 	defer st.Close()
+	var ts *trainerState
+	if restartCount(r.b) > 0 {
+		var path string
+		if ts, path, err = loadTrainerState(checkpointDir(r.b), r.trainerIndex(r.me)); err != nil {
+			return err
+		}
+		if ts != nil {
+			if err := r.resumeCounts(st, ts, nt); err != nil {
+				return fmt.Errorf("dist: trainer: %w", err)
+			}
+			r.hooks.Logf("trainer %d: trainer state resumed from %s (%s)", r.trainerIndex(r.me), path, describeLabel(ts.Label))
+		}
+	}
 	info, _ := json.Marshal(shardInfo{Name: name, Host: r.b.Host()})
 	if err := r.b.Set(ctx, keyShardPrefix+fmt.Sprint(r.me), info); err != nil {
 		return fmt.Errorf("dist: trainer: publish shard: %w", err)
@@ -140,7 +162,7 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 		}
 		defer theta.Close()
 	}
-	base, err := r.resumeParams(ctx, theta, learner)
+	base, err := r.resumeParams(ctx, theta, learner, ts)
 	if err != nil {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
@@ -304,6 +326,30 @@ func plural(n int, what string) string {
 	return fmt.Sprintf("%d %ss", n, what)
 }
 
+// saveState checkpoints the trainer's state (trainerState) to the job's
+// checkpoint directory once *next has passed, and sets the next time. It
+// runs in the training loop, between two gradient steps, so the learner is
+// still.
+func (r *rankRun) saveState(t trainLoop, next *time.Time) error {
+	dir := checkpointDir(r.b)
+	if dir == "" || r.cfg.CheckpointEvery <= 0 {
+		return nil
+	}
+	now := r.hooks.Clock.Now()
+	if now.Before(*next) {
+		return nil
+	}
+	*next = now.Add(r.cfg.CheckpointEvery)
+	ti, nt := r.trainerIndex(r.me), len(r.plan.Trainers)
+	info := t.st.Info()
+	s := &trainerState{
+		Online: t.learner.Online().Params(), Learner: t.learner.State(),
+		Inserts: info.Inserts, Samples: info.Samples, Size: info.Size,
+		Label: checkpointLabel(restartCount(r.b), nt, ti), Trainers: nt,
+	}
+	return saveTrainerState(trainerStateFile(dir, ti), s)
+}
+
 // trainLoop is the training loop's state.
 type trainLoop struct {
 	learner      *agent.CPULearner
@@ -337,6 +383,7 @@ func (r *rankRun) train(ctx context.Context, t trainLoop) error {
 	}
 	decider := r.me == r.plan.Publisher
 	var lags lagMeter
+	var nextState time.Time // when the trainer state is checkpointed next
 	var (
 		emaInit     bool
 		lagInit     bool
@@ -421,6 +468,9 @@ func (r *rankRun) train(ctx context.Context, t trainLoop) error {
 			}
 		}
 		if _, err := l.ApplyGradients(); err != nil {
+			return err
+		}
+		if err := r.saveState(t, &nextState); err != nil {
 			return err
 		}
 		if err := t.rp.updatePriorities(batch.Keys, l.Priorities()); err != nil {

@@ -19,6 +19,31 @@ func NewAdam(n int, lr float64) *Adam {
 	return &Adam{LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, m: make([]float32, n), v: make([]float32, n)}
 }
 
+// AdamState is what Adam carries from one step to the next: the first and
+// second moments and the step count, which a restarted trainer restores
+// (Adam.SetState) so that its steps continue the same optimisation.
+type AdamState struct {
+	M, V  []float32
+	Steps int
+}
+
+// State returns a copy of the optimizer's moments and step count.
+func (a *Adam) State() AdamState {
+	return AdamState{M: append([]float32(nil), a.m...), V: append([]float32(nil), a.v...), Steps: a.t}
+}
+
+// SetState restores moments and a step count that State returned, for the
+// same number of parameters; it copies them.
+func (a *Adam) SetState(s AdamState) error {
+	if len(s.M) != len(a.m) || len(s.V) != len(a.m) || s.Steps < 0 {
+		return fmt.Errorf("nn: Adam.SetState: %d and %d moments, %d steps; want %d each and steps >= 0", len(s.M), len(s.V), s.Steps, len(a.m))
+	}
+	copy(a.m, s.M)
+	copy(a.v, s.V)
+	a.t = s.Steps
+	return nil
+}
+
 // Steps returns the number of steps taken.
 func (a *Adam) Steps() int { return a.t }
 

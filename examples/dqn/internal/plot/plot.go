@@ -10,6 +10,7 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -29,7 +30,19 @@ type Chart struct {
 	Target float64
 	// YMax is the top of the y axis (0: from the data).
 	YMax float64
+	// Compare holds other runs' running means, drawn as lines of their own
+	// colours beside MeanLabel's, each named in the legend.
+	Compare []Series
 }
+
+// Series is another run's running mean (Point.Mean by Point.X).
+type Series struct {
+	Label  string
+	Points []Point
+}
+
+// compareColors are the lines of Chart.Compare, in order.
+var compareColors = []color.RGBA{{230, 120, 20, 255}, {40, 150, 60, 255}, {150, 40, 150, 255}}
 
 // Size of the image and of its margins, in pixels; text is drawn with each
 // font pixel scale×scale.
@@ -64,7 +77,11 @@ func Render(c Chart) (*image.RGBA, error) {
 		return nil, fmt.Errorf("plot: no points")
 	}
 	xMax, yMax := 0.0, c.YMax
-	for _, p := range c.Points {
+	all := c.Points
+	for _, sr := range c.Compare {
+		all = append(slices.Clip(all), sr.Points...)
+	}
+	for _, p := range all {
 		xMax = max(xMax, p.X)
 		if c.YMax == 0 {
 			yMax = max(yMax, p.Y, p.Mean, c.Target)
@@ -113,6 +130,13 @@ func Render(c Chart) (*image.RGBA, error) {
 			fill(img, image.Rect(x, y-1, min(x+7, x1), y+1), target)
 		}
 	}
+	for k, sr := range c.Compare {
+		col := compareColors[k%len(compareColors)]
+		for i := 1; i < len(sr.Points); i++ {
+			a, b := sr.Points[i-1], sr.Points[i]
+			line(img, px(a.X), py(a.Mean), px(b.X), py(b.Mean), col)
+		}
+	}
 	for i := 1; i < len(c.Points); i++ {
 		a, b := c.Points[i-1], c.Points[i]
 		line(img, px(a.X), py(a.Mean), px(b.X), py(b.Mean), meanLine)
@@ -124,8 +148,11 @@ func Render(c Chart) (*image.RGBA, error) {
 	text(img, x0+(x1-x0-textWidth(c.XLabel))/2, height-bottom+40, c.XLabel, black)
 	textUp(img, 16, y1+(y0-y1+textWidth(c.YLabel))/2, c.YLabel, black)
 	// The legend sits in the bottom right corner, on a box of its own.
-	entries := 2
+	entries := 2 + len(c.Compare)
 	longest := max(textWidth(c.MeanLabel), textWidth("episode return"))
+	for _, sr := range c.Compare {
+		longest = max(longest, textWidth(sr.Label))
+	}
 	if c.Target > 0 {
 		entries++
 	}
@@ -141,6 +168,10 @@ func Render(c Chart) (*image.RGBA, error) {
 		ly += lineH
 	}
 	legend(func(x, y int) { fill(img, image.Rect(x, y-2, x+30, y+2), meanLine) }, c.MeanLabel)
+	for k, sr := range c.Compare {
+		col := compareColors[k%len(compareColors)]
+		legend(func(x, y int) { fill(img, image.Rect(x, y-2, x+30, y+2), col) }, sr.Label)
+	}
 	legend(func(x, y int) {
 		for i := 0; i < 30; i += 8 {
 			fill(img, image.Rect(x+i, y-1, x+i+3, y+2), dots)

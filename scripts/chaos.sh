@@ -1,0 +1,269 @@
+#!/usr/bin/env bash
+# chaos.sh runs a job with restarts and, at moments drawn from a seed, does
+# it harm: SIGKILL of a random rank, SIGSTOP of a random rank for longer than
+# the heartbeat timeout (then SIGCONT), and with --slurm the loss of a whole
+# node of the local cluster (scripts/slurm-local.sh up --nodes N: every
+# process of its network namespace, slurmd included, killed). After each
+# event and at the end it checks the invariants of docs/elastic.md:
+#
+#   rows      no committed row is lost by the restart: the rows the trainer
+#             last reported before the event (its table's size, or for a
+#             lost node its last shard checkpoint) are all in the shard that
+#             the next generation re-attaches or restores;
+#   versions  parameter versions never go back: each generation resumes a
+#             version at least the last one's and publishes above it;
+#   exit      the job exits 0 while the restart budget holds, and with the
+#             failing rank's code (non-zero) once it is spent;
+#   procs     no process of the job (of an ended generation, then of the job)
+#             survives it;
+#   shm       /dev/shm holds nothing of the job afterwards (the nodes of the
+#             local cluster share this machine's /dev/shm, the node left out
+#             included);
+#   expect    with --expect RE, the job printed a line matching RE (for the
+#             DQN jobs: "dqn: solved").
+#
+# It prints a line per event and a verdict last, and exits 0 only when every
+# invariant held (1 otherwise, 2 for a usage error).
+#
+#   scripts/chaos.sh --seed 7 --events 5 --expect 'dqn: solved' examples/jobs/dqn-elastic.toml
+#   scripts/chaos.sh --slurm --seed 7 --events 5 examples/jobs/dqn-elastic-3n.toml
+#
+# Settings (environment): GEARRUN (a built gearrun; default: built from the
+# repository into the work directory), CHAOS_DIR (the work directory, kept:
+# the job's output is CHAOS_DIR/output.log; default a new one under $TMPDIR),
+# CHAOS_GAP (the seconds between events are drawn from [GAP, 2*GAP), default
+# 8), CHAOS_WAIT (seconds to wait for a restart, default 120).
+set -uo pipefail
+
+usage() { echo "usage: scripts/chaos.sh [--slurm] --seed S --events N [--expect RE] JOBSPEC" >&2; exit 2; }
+
+slurm=0 seed= events= expect= spec=
+while (($#)); do
+	case $1 in
+	--slurm) slurm=1 ;;
+	--seed) seed=${2:-}; shift ;;
+	--events) events=${2:-}; shift ;;
+	--expect) expect=${2:-}; shift ;;
+	-h | --help) usage ;;
+	-*) echo "chaos: unknown flag $1" >&2; usage ;;
+	*) [[ -z $spec ]] || usage; spec=$1 ;;
+	esac
+	shift
+done
+[[ $seed =~ ^[0-9]+$ && $events =~ ^[0-9]+$ && -f $spec ]] || usage
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${CHAOS_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/gear-chaos.XXXXXX")}
+mkdir -p "$work"
+out=$work/output.log
+gap=${CHAOS_GAP:-8}
+restart_wait=${CHAOS_WAIT:-120}
+gearrun=${GEARRUN:-}
+if [[ -z $gearrun ]]; then
+	gearrun=$work/gearrun
+	(cd "$root" && go build -o "$gearrun" ./cmd/gearrun) || { echo "chaos: cannot build gearrun" >&2; exit 1; }
+fi
+
+# The spec's restart budget and heartbeat timeout (seconds; 6 by default,
+# rank.DefaultHeartbeatTimeout).
+restarts=$(sed -n 's/^restarts *= *\([0-9]*\).*/\1/p' "$spec" | head -1)
+restarts=${restarts:-0}
+hb=$(sed -n 's/^heartbeat_timeout *= *"\([0-9.]*\)s".*/\1/p' "$spec" | head -1)
+hb=${hb:-6}
+stop_for=$(awk -v h="$hb" 'BEGIN { printf "%d", h + 4 }')
+
+RANDOM=$seed
+failures=0
+t0=$(date +%s)
+say() { printf 'chaos: %4ds %s\n' "$(($(date +%s) - t0))" "$*"; }
+bad() { failures=$((failures + 1)); say "FAIL: $*"; }
+
+# envof PID NAME prints NAME's value in process PID's environment.
+envof() { { tr '\0' '\n' <"/proc/$1/environ"; } 2>/dev/null | sed -n "s/^$2=//p" | head -1; }
+
+# jobprocs prints the PIDs of every process whose environment names the job
+# (the ranks, and under SLURM the tasks that run them), this script aside.
+jobprocs() {
+	local p
+	for p in /proc/[0-9]*; do
+		p=${p#/proc/}
+		[[ $p == "$$" || $p == "$BASHPID" ]] && continue
+		[[ $(envof "$p" GEAR_JOB_ID) == "$job" ]] && echo "$p"
+	done
+}
+
+# ranks prints "PID RANK ROLE" for each rank process of the job.
+ranks() {
+	local p r
+	for p in $(jobprocs); do
+		r=$(envof "$p" GEAR_RANK)
+		[[ -n $r && $(cat "/proc/$p/comm" 2>/dev/null) != gearrun ]] || continue
+		echo "$p $r $(envof "$p" GEAR_ROLE)"
+	done
+}
+
+restarts_seen() { grep -c 'restart [0-9]* of [0-9]*:' "$out" 2>/dev/null; }
+trainer_lines() { grep -c 'dqn: trainer 0 of\|: trainer [0-9]* of [0-9]*: rank' "$out" 2>/dev/null; }
+last_table() { grep -o 'table *[0-9]*' "$out" | tail -1 | grep -o '[0-9]*$'; }
+last_ckpt_rows() { grep -o 'checkpoint [^ ]*: [0-9]* rows' "$out" | tail -1 | sed 's/.*: \([0-9]*\) rows/\1/'; }
+
+# Start the job.
+if ((slurm)); then
+	export GEAR_STATE_DIR=$work/state
+	ids=$("$gearrun" submit "$spec" 2>&1) || { echo "chaos: submit: $ids" >&2; exit 1; }
+	job=$(grep -Eo '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}' <<<"$ids" | head -1)
+	ln -sf "$GEAR_STATE_DIR/jobs/$job/output.log" "$out"
+	say "submitted job $job ($ids)"
+else
+	"$gearrun" run "$spec" >"$out" 2>&1 &
+	gpid=$!
+	job=
+	for _ in $(seq 300); do
+		for p in $(pgrep -P "$gpid"); do
+			job=$(envof "$p" GEAR_JOB_ID)
+			[[ -n $job ]] && break 2
+		done
+		sleep 0.2
+	done
+	say "job $job: gearrun pid $gpid, restarts $restarts, heartbeat timeout ${hb}s, seed $seed, $events events"
+fi
+[[ -n $job ]] || { echo "chaos: the job's ranks never started; see $out" >&2; exit 1; }
+
+# running says whether the job still runs.
+running() {
+	if ((slurm)); then
+		[[ ! -e $GEAR_STATE_DIR/jobs/$job/exit ]]
+	else
+		kill -0 "$gpid" 2>/dev/null
+	fi
+}
+
+# wait_world waits until the current generation's trainer reports progress.
+wait_world() {
+	local gen=$1 i
+	for i in $(seq $((restart_wait * 5))); do
+		running || return 1
+		if (($(grep -c 'episode *[0-9]* *frames' "$out") > 0)) && (($(trainer_lines) > gen)); then
+			# a status line of this generation: after its trainer line
+			awk -v g="$gen" '/: trainer [0-9]+ of [0-9]+: rank/ { n++ } n > g && /episode +[0-9]+ +frames/ { found = 1 } END { exit !found }' "$out" && return 0
+		fi
+		sleep 0.2
+	done
+	return 1
+}
+
+gen=0
+caused=0 # events that made the world restart
+code_expected=0
+last_resumed=0
+for ev in $(seq "$events"); do
+	wait_world "$gen" || { say "event $ev: the job ended or did not come up (generation $gen)"; break; }
+	sleep $((gap + RANDOM % (gap > 0 ? gap : 1)))
+	running || { say "event $ev: the job ended before it"; break; }
+	kinds=(kill stop)
+	((slurm)) && kinds+=(node)
+	kind=${kinds[RANDOM % ${#kinds[@]}]}
+	mapfile -t rk < <(ranks)
+	((${#rk[@]})) || { say "event $ev: no rank to harm"; break; }
+	read -r pid rnk role <<<"${rk[RANDOM % ${#rk[@]}]}"
+	old=$(for l in "${rk[@]}"; do echo "${l%% *}"; done)
+	rows_before=$(last_table)
+	rows_before=${rows_before:-0}
+	before=$(restarts_seen)
+	case $kind in
+	kill)
+		what="SIGKILL rank $rnk ($role, pid $pid)"
+		kill -KILL "$pid" 2>/dev/null
+		;;
+	stop)
+		what="SIGSTOP rank $rnk ($role, pid $pid) for ${stop_for}s"
+		kill -STOP "$pid" 2>/dev/null
+		sleep "$stop_for"
+		kill -CONT "$pid" 2>/dev/null
+		;;
+	node)
+		node=$(ip netns identify "$pid" 2>/dev/null)
+		what="node ${node#gearslurm-} down (rank $rnk, $role)"
+		rows_before=$(last_ckpt_rows)
+		rows_before=${rows_before:-0}
+		for p in $(ip netns pids "$node" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+		;;
+	esac
+	caused=$((caused + 1))
+	if ((caused > restarts)); then
+		code_expected=nonzero
+		say "event $ev: $what: the restart budget ($restarts) is spent"
+		break
+	fi
+	# The next generation: a restart line, then its trainer's report.
+	ok=1
+	for _ in $(seq $((restart_wait * 5))); do
+		(($(restarts_seen) > before)) && break
+		sleep 0.2
+	done
+	if (($(restarts_seen) <= before)); then
+		bad "event $ev: $what: no restart within ${restart_wait}s"
+		break
+	fi
+	gen=$((gen + 1))
+	wait_world "$gen" || { bad "event $ev: $what: generation $gen never reported"; break; }
+	rows_after=$(grep 'committed rows' "$out" | tail -1 | grep -o '[0-9]* committed rows' | tail -1 | grep -o '^[0-9]*')
+	rows_after=${rows_after:-0}
+	if ((rows_after < rows_before)); then
+		ok=0
+		bad "event $ev: rows: $rows_before before, $rows_after after"
+	fi
+	resumed=$(grep -o 'parameters of version [0-9]* resumed' "$out" | tail -1 | grep -o '[0-9]*')
+	from=$(grep -o 'versions go on from [0-9]*' "$out" | tail -1 | grep -o '[0-9]*$')
+	resumed=${resumed:-0} from=${from:-0}
+	if ((resumed < last_resumed || from <= resumed)); then
+		ok=0
+		bad "event $ev: versions: resumed $resumed (last $last_resumed), publishing from $from"
+	fi
+	last_resumed=$resumed
+	left=
+	for p in $old; do
+		[[ -d /proc/$p && $(envof "$p" GEAR_RESTART_COUNT) == "$((gen - 1))" ]] && left+=" $p"
+	done
+	if [[ -n $left ]]; then
+		ok=0
+		bad "event $ev: processes of generation $((gen - 1)) survive:$left"
+	fi
+	((ok)) && say "event $ev: $what: restart $gen, rows $rows_before -> $rows_after, version $resumed -> from $from: ok"
+done
+
+# The end.
+if ((slurm)); then
+	"$gearrun" status --wait "$job" >/dev/null 2>&1
+	code=$(cat "$GEAR_STATE_DIR/jobs/$job/exit" 2>/dev/null || echo missing)
+else
+	wait "$gpid"
+	code=$?
+fi
+say "job ended with exit code $code after $caused events"
+if [[ $code_expected == 0 && $code != 0 ]]; then
+	bad "exit: $code, want 0 (restarts used $caused of $restarts)"
+elif [[ $code_expected == nonzero && $code == 0 ]]; then
+	bad "exit: 0, want the failing rank's code (more events than the $restarts restarts)"
+fi
+sleep 1
+left=$(jobprocs | tr '\n' ' ')
+if [[ -n $left ]]; then
+	bad "procs: processes of the job survive: $left"
+	for p in $left; do kill -KILL "$p" 2>/dev/null; done
+fi
+segs=$(ls /dev/shm 2>/dev/null | grep -F "gear.$job." | tr '\n' ' ')
+if [[ -n $segs ]]; then
+	bad "shm: segments of the job left: $segs"
+	for s in $segs; do rm -f "/dev/shm/$s"; done
+fi
+if [[ -n $expect ]] && ! grep -Eq "$expect" "$out"; then
+	bad "expect: no line matching '$expect' (output: $out)"
+fi
+solved=$(grep -o 'dqn: solved: .*' "$out" | tail -1)
+if ((failures == 0)); then
+	say "verdict: PASS: seed $seed, $caused events, exit $code, ${solved:-no solved line}"
+	exit 0
+fi
+say "verdict: FAIL: seed $seed, $failures invariants broken; output in $out"
+exit 1
