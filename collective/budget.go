@@ -2,7 +2,8 @@ package collective
 
 // ShmBytes is the most shared memory that the world communicators of
 // localRanks ranks on one host take together with tuning t: every rank's inbox
-// holds a ring for each other rank of the host, and this is every ring full.
+// holds a ring for each other rank of the host, and this is every ring full,
+// with the host's board (a slot of 64 KiB per rank) full too.
 // Rings shrink when many ranks share a host (Tuning.InboxBytes), so that it
 // grows with the ranks, not with their pairs. Memory is taken only where frames
 // go (ShmSetupBytes is what a communicator's setup touches), but launchers check
@@ -15,7 +16,7 @@ func ShmBytes(localRanks int, t Tuning) int64 {
 		return 0
 	}
 	ring, _ := t.shmSizes(localRanks)
-	return int64(localRanks) * shmSegmentBytes(localRanks, ring)
+	return int64(localRanks)*shmSegmentBytes(localRanks, ring) + boardBytes(localRanks)
 }
 
 // ShmSetupBytes is the shared memory that setting up the world communicators

@@ -53,14 +53,15 @@ func TestShmSizes(t *testing.T) {
 	// The budget per rank is bounded once rings shrink: from 32 to 256 ranks
 	// the host's total grows 8 times (it grew 64 times with fixed rings), and
 	// stays within InboxBytes per rank, plus its own (unused) slot, the rings'
-	// heads and the control block.
+	// heads, the control block and its share of the board.
 	b32, b256 := ShmBytes(32, def), ShmBytes(256, def)
 	if r := float64(b256) / float64(b32); r > 8.5 {
 		t.Errorf("ShmBytes: %d at 32 ranks, %d at 256: grew %.1f times", b32, b256, r)
 	}
 	for _, n := range []int{18, 64, 128, 256, 1024} {
 		ring, _ := def.shmSizes(n)
-		if per := ShmBytes(n, def) / int64(n); per > defaultInboxBytes+int64(ring)+int64(n)*shmRingHdr+shmCtlBytes(n)+shmPage {
+		// The host's board adds a slot per rank (and two results).
+		if per := ShmBytes(n, def) / int64(n); per > defaultInboxBytes+int64(ring)+int64(n)*shmRingHdr+shmCtlBytes(n)+shmPage+boardBytes(n)/int64(n) {
 			t.Errorf("%d ranks: %d bytes per rank, over the cap of %d", n, per, defaultInboxBytes)
 		}
 	}

@@ -22,10 +22,11 @@ const (
 	algoHier
 	algoDissemination
 	algoHalving
+	algoBoard
 )
 
 func (a algo) String() string {
-	return [...]string{"none", "ring", "recursive doubling", "binomial tree", "pipelined chain", "linear", "pairwise", "hierarchical", "dissemination", "recursive halving"}[min(int(a), 9)]
+	return [...]string{"none", "ring", "recursive doubling", "binomial tree", "pipelined chain", "linear", "pairwise", "hierarchical", "dissemination", "recursive halving", "shared-memory board"}[min(int(a), 10)]
 }
 
 // call is the state of the collective in progress on a communicator.
@@ -289,6 +290,15 @@ func (x *call) scan(final bool) error {
 		}
 		if h, ok := in.l.peek(); ok {
 			if err := x.judge(peer, &h, final); err != nil {
+				return err
+			}
+		}
+	}
+	if x.c.board != nil {
+		// Peers waiting on the board send nothing: their headers there say
+		// which call they are in.
+		for i, h := range x.c.board.boardAhead() {
+			if err := x.judge(x.c.board.peers[i].rank, &h, final); err != nil {
 				return err
 			}
 		}

@@ -40,6 +40,14 @@ type Comm struct {
 	// one kernel: hosts in network namespaces of one machine count together);
 	// more than the CPUs makes waits yield.
 	cpuRanks int
+	// cpus: the fewest CPUs that a rank under this machine's kernel may use,
+	// as the ranks reported them (the same on every rank).
+	cpus int
+	// board: the shared-memory transport, when every rank of the communicator
+	// is on this host; boardMax: the largest AllReduce it runs on the host's
+	// board (Tuning.BoardBytes resolved; 0: the board is not used).
+	board    *shmTransport
+	boardMax int
 	// chunk and ring are the frame payload and the shared-memory ring
 	// capacity: the Tuning's, or less for many ranks on a host
 	// (Tuning.InboxBytes); the same on every rank.
@@ -95,6 +103,7 @@ type peerInfo struct {
 	Nonce  []byte `json:"nonce,omitempty"`
 	Seg    string `json:"seg,omitempty"`
 	Boot   string `json:"boot,omitempty"` // the kernel's boot ID: ranks with equal ones share CPUs
+	CPUs   int    `json:"cpus,omitempty"` // the CPUs this rank may use
 	Mode   string `json:"mode"`
 	Loop   bool   `json:"loop,omitempty"`
 	Tuning Tuning `json:"tuning"`
@@ -329,7 +338,7 @@ func (e *bootExchange) barrier(ctx context.Context) error {
 // prepare makes what this rank must publish before it knows its peers: a TCP
 // listener and the name of its shared-memory inbox.
 func (c *Comm) prepare() (peerInfo, *tcpTransport, error) {
-	info := peerInfo{Host: c.boot.Host(), PID: os.Getpid(), Boot: bootID(), Mode: c.cfg.transport, Tuning: c.cfg.tuning}
+	info := peerInfo{Host: c.boot.Host(), PID: os.Getpid(), Boot: bootID(), CPUs: runtime.NumCPU(), Mode: c.cfg.transport, Tuning: c.cfg.tuning}
 	if c.cfg.loopback != nil {
 		info.Loop = true
 		info.Mode = "loopback"
@@ -438,6 +447,15 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 		}
 		c.cpuRanks = max(c.cpuRanks, c.local)
 	}
+	c.cpus = 0
+	for _, in := range infos {
+		if in.Boot == me.Boot && (in.Boot != "" || in.Host == me.Host) && in.CPUs > 0 && (c.cpus == 0 || in.CPUs < c.cpus) {
+			c.cpus = in.CPUs
+		}
+	}
+	if c.cpus == 0 {
+		c.cpus = runtime.NumCPU()
+	}
 	c.spin = c.cfg.tuning.spinFor(c.cpuRanks)
 	c.links = make([]link, c.size)
 	if c.cfg.loopback == nil && me.Mode != TransportTCP {
@@ -515,6 +533,7 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 			if err != nil {
 				return err
 			}
+			st.boardSpin = c.cfg.tuning.boardSpinFor(c.cpuRanks, c.cpus)
 			c.trans = append(c.trans, st)
 		}
 		if len(tcpPeers) > 0 {
@@ -548,6 +567,10 @@ func (c *Comm) connect(ctx context.Context, ex exchanger, infos []peerInfo, tt *
 				}
 			}
 			c.streaming = true
+			if len(c.hosts) == 1 {
+				c.board = st
+				c.boardMax = c.cfg.tuning.boardFor(c.size, c.cpuRanks, c.cpus)
+			}
 		}
 		// Every peer has mapped this rank's inbox: its name can go.
 		if err := ex.barrier(ctx); err != nil {

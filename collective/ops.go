@@ -50,6 +50,10 @@ func (c *Comm) allReduce(x *call, buf []byte) error {
 	if c.size == 1 {
 		return nil
 	}
+	if c.boardMax > 0 && len(buf) <= c.boardMax && x.k != nil {
+		x.h.algo = algoBoard
+		return c.board.boardCall(x.ctx, x.h, x.k, buf)
+	}
 	small := len(buf) <= min(c.cfg.tuning.SmallAllReduce, c.chunk)
 	if c.hierarchical() {
 		x.h.algo = algoHier
@@ -271,8 +275,18 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	return c.end(x, c.observe(m, x, c.barrier(x)))
+}
+
+// barrier: on the host's board when the communicator uses it, else the
+// dissemination barrier.
+func (c *Comm) barrier(x *call) error {
+	if c.boardMax > 0 {
+		x.h.algo = algoBoard
+		return c.board.boardCall(x.ctx, x.h, nil, nil)
+	}
 	x.h.algo = algoDissemination
-	return c.end(x, c.observe(m, x, dissemination(x, c.all())))
+	return dissemination(x, c.all())
 }
 
 // send and recv: point to point, matched by (peer, tag), not numbered.

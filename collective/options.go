@@ -45,6 +45,13 @@ type Tuning struct {
 	// on where the cores are; every rank learns it at run time (stream.go).
 	// Negative: never.
 	StreamBytes int
+	// BoardBytes: an AllReduce of at most this many bytes (at most 64 KiB)
+	// among ranks that all share one host's memory runs on the host's board
+	// (one step: every rank writes its slot, the last to arrive reduces, the
+	// others wait on one word), and so does a Barrier. Negative: the default,
+	// 64 KiB when the host's ranks outnumber its CPUs, else 4 KiB from 3 ranks
+	// (at 2 ranks recursive doubling is one exchange already). Zero: never.
+	BoardBytes int
 	// Spin is how long a wait on shared memory polls before it sleeps on a
 	// futex. On an oversubscribed machine (more ranks of the world under its
 	// kernel than CPUs, counting ranks in its other network namespaces)
@@ -72,6 +79,7 @@ func DefaultTuning() Tuning {
 		SmallAllReduce: 128 << 10,
 		SmallBroadcast: 16 << 10,
 		StreamBytes:    16 << 10,
+		BoardBytes:     -1,
 		Spin:           -1,
 		GreetTimeout:   10 * time.Second,
 		ByeTimeout:     time.Second,
@@ -88,6 +96,8 @@ func (t Tuning) validate() error {
 		return fmt.Errorf("collective: Tuning.SmallAllReduce %d: want 0 to ChunkBytes (%d)", t.SmallAllReduce, t.ChunkBytes)
 	case t.SmallBroadcast < 0 || t.SmallBroadcast > t.ChunkBytes:
 		return fmt.Errorf("collective: Tuning.SmallBroadcast %d: want 0 to ChunkBytes (%d)", t.SmallBroadcast, t.ChunkBytes)
+	case t.BoardBytes > boardSlot:
+		return fmt.Errorf("collective: Tuning.BoardBytes %d: want at most %d", t.BoardBytes, boardSlot)
 	case t.GreetTimeout < 0:
 		return fmt.Errorf("collective: Tuning.GreetTimeout %v: want a positive duration, or 0 for the default", t.GreetTimeout)
 	case t.ByeTimeout < 0:
@@ -144,6 +154,27 @@ func (t Tuning) shmSizes(local int) (ring, chunk int) {
 	return r, min(chunk, r/8&^63)
 }
 
+// boardSlot is a rank's slot on the board: the largest board call.
+const boardSlot = 64 << 10
+
+// boardSmall is the default BoardBytes where every rank has a CPU.
+const boardSmall = 4 << 10
+
+// boardFor resolves BoardBytes for a communicator of n ranks on one host that
+// share cpus CPUs with cpuRanks ranks of the world; every rank of the
+// communicator computes the same.
+func (t Tuning) boardFor(n, cpuRanks, cpus int) int {
+	switch {
+	case t.BoardBytes >= 0:
+		return t.BoardBytes
+	case cpuRanks > cpus:
+		return boardSlot
+	case n >= 3:
+		return boardSmall
+	}
+	return 0
+}
+
 // frameAlignment is the padding a frame header adds in a ring, at most.
 const frameAlignment = 64 + headerSize
 
@@ -162,6 +193,25 @@ func (t Tuning) spinFor(local int) time.Duration {
 		return 2 * time.Millisecond // polling with sched_yield
 	}
 	return 5 * time.Millisecond
+}
+
+// boardSpin is how long a wait on the board polls with sched_yield before it
+// sleeps, when ranks outnumber CPUs: longer than a board call takes at 128
+// ranks on 2 CPUs. Sleeping lets a CPU fall idle, and a virtual CPU woken from
+// idle took about half a millisecond: a board call whose waiters slept took
+// ten times as long as one whose waiters yielded (docs/collectives.md).
+const boardSpin = 20 * time.Millisecond
+
+// boardSpinFor resolves how long a wait on the board polls: Spin when set,
+// else boardSpin when cpuRanks ranks outnumber the cpus, else the default spin.
+func (t Tuning) boardSpinFor(cpuRanks, cpus int) time.Duration {
+	switch {
+	case t.Spin >= 0:
+		return t.Spin
+	case cpuRanks > cpus:
+		return boardSpin
+	}
+	return t.spinFor(cpuRanks)
 }
 
 type config struct {

@@ -33,7 +33,8 @@ import (
 //	ctl    slot 0, slot 1, ...: ring head u64 at +0, data at +256
 //
 // where ctl is 4096 plus the live words, rounded up to a page, 8192 at least
-// (shmCtlBytes); an inbox is rounded up to a page.
+// (shmCtlBytes); an inbox is rounded up to a page. The board (board_linux.go)
+// follows the inboxes.
 // Nothing is populated: a page of the segment takes memory when it is first
 // touched, so a ring that no frame ever crosses costs address space only, and
 // a rank that waits looks at a ring only once its live word says a frame was
@@ -56,7 +57,7 @@ import (
 // sleeping word says so, so that the fast path makes no system call.
 const (
 	shmMagic    = 0x6c6c6f63_72616567 // "gearcoll", little-endian
-	shmVersion  = 2
+	shmVersion  = 3
 	offLive     = 4096 // the live words; the note ends here
 	shmPage     = 4096
 	offNote     = 512
@@ -91,6 +92,12 @@ func shmSegmentBytes(slots, ringCap int) int64 {
 	return (n + shmPage - 1) &^ (shmPage - 1)
 }
 
+// hostSegmentBytes is the size of the host's segment: every rank's inbox, then
+// the board.
+func hostSegmentBytes(slots, ringCap int) int64 {
+	return shmSegmentBytes(slots, ringCap)*int64(slots) + boardBytes(slots)
+}
+
 // shmSegment is one rank's inbox: a window of the host's segment.
 type shmSegment struct {
 	mem []byte
@@ -109,7 +116,7 @@ func u64at(mem []byte, off int) *uint64 { return (*uint64)(unsafe.Pointer(&mem[o
 func createHostSegment(name string, peers []shmPeer, ringCap int) ([]byte, error) {
 	slots := len(peers)
 	inbox := shmSegmentBytes(slots, ringCap)
-	size := inbox * int64(slots)
+	size := hostSegmentBytes(slots, ringCap)
 	if size != int64(int(size)) {
 		return nil, fmt.Errorf("collective: shared memory %s: %d inboxes of %d bytes do not fit in memory", name, slots, inbox)
 	}
@@ -145,7 +152,7 @@ func createHostSegment(name string, peers []shmPeer, ringCap int) ([]byte, error
 // its layout.
 func openHostSegment(name string, slots, ringCap int) ([]byte, error) {
 	inbox := shmSegmentBytes(slots, ringCap)
-	size := inbox * int64(slots)
+	size := hostSegmentBytes(slots, ringCap)
 	fd, err := unix.Open(shmDir+name, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("collective: open shared memory %s: %w", name, err)
@@ -225,16 +232,20 @@ type shmTransport struct {
 	name    string        // the host segment's, made by local rank 0 (peers[0].seg)
 	mem     []byte        // the host segment: every local rank's inbox
 	segs    []*shmSegment // by local index; segs[me] is the inbox
+	board   *board        // the host's board (board_linux.go)
 	links   []*shmLink
 	pidfds  []int // by local index: -1 not opened yet, -2 none
 	ringCap int
 	maxP    int
 	spin    time.Duration
 	yield   bool // oversubscribed host: poll with sched_yield rather than spin
-	gosched bool // some peers are goroutines of this process: yield to them
-	sig     *signals
-	pool    *bufPool
-	lost    func(rank int, reason string) error
+	// boardSpin is how long a board wait polls before it sleeps
+	// (Tuning.boardSpinFor).
+	boardSpin time.Duration
+	gosched   bool // some peers are goroutines of this process: yield to them
+	sig       *signals
+	pool      *bufPool
+	lost      func(rank int, reason string) error
 
 	// mu orders interrupt, which other goroutines call (a failure notice, a
 	// context's end), with close, which unmaps the memory interrupt writes.
@@ -275,6 +286,7 @@ func (t *shmTransport) setMem(mem []byte) {
 	for i := range t.segs {
 		t.segs[i] = &shmSegment{mem: mem[i*inbox : (i+1)*inbox : (i+1)*inbox]}
 	}
+	t.board = &board{mem: mem[len(t.peers)*inbox:], n: len(t.peers)}
 }
 
 // attach maps the host's segment (local rank 0 has it already) and makes the links.
@@ -353,6 +365,7 @@ func (t *shmTransport) interrupt() {
 	s := t.segs[t.me]
 	atomic.AddUint32(s.doorbell(), 1)
 	futex.Wake(s.doorbell(), 1<<30)
+	t.wakeBoard()
 }
 
 func (t *shmTransport) close(note []byte) {
@@ -374,12 +387,14 @@ func (t *shmTransport) close(note []byte) {
 				futex.Wake(s.doorbell(), 1<<30)
 			}
 		}
+		t.wakeBoard()
 	}
 	t.unlinkOwn()
 	if t.mem != nil {
 		unix.Munmap(t.mem)
 		t.mem = nil
 		t.segs = nil
+		t.board = nil
 	}
 	for i, fd := range t.pidfds {
 		if fd >= 0 {
@@ -654,7 +669,7 @@ func (t *shmTransport) wait(ctx context.Context, l *shmLink, space uint64) error
 			if waited > t.spin {
 				break
 			}
-			if pure && waited > pureSpin {
+			if pure && waited > pureSpin && !boundAlone() {
 				pure = false
 			}
 		}
@@ -726,6 +741,16 @@ func (t *shmTransport) closedErr(peer int) error {
 	return t.lost(t.peers[peer].rank, "it closed the communicator")
 }
 
+// boundAlone reports whether the calling thread may run on one CPU only (the
+// rank was bound to a core) while the ranks do not outnumber the CPUs: then
+// the peer it waits for runs on another CPU, and yielding this one cannot let
+// the peer run, only other work beside the rank, for the rest of a time slice
+// (docs/collectives.md, "Waiting"). A wait then spins for its whole spin period.
+func boundAlone() bool {
+	var set unix.CPUSet
+	return unix.SchedGetaffinity(0, &set) == nil && set.Count() == 1
+}
+
 func shmAvailable() bool {
 	st, err := os.Stat(shmDir)
 	return err == nil && st.IsDir()
@@ -741,16 +766,32 @@ func (t *shmTransport) usage() (size, resident int64) {
 	if t.closed || t.mem == nil {
 		return 0, 0
 	}
-	s := t.segs[t.me]
-	pages := (len(s.mem) + shmPage - 1) / shmPage
+	size, resident = residentBytes(t.segs[t.me].mem)
+	if t.me == 0 && resident >= 0 {
+		// The board is the host's: local rank 0 counts it.
+		bs, br := residentBytes(t.board.mem)
+		size += bs
+		if br < 0 {
+			resident = -1
+		} else {
+			resident += br
+		}
+	}
+	return size, resident
+}
+
+// residentBytes returns len(mem) and how many of its bytes the host holds
+// (mincore), -1 if the kernel would not say.
+func residentBytes(mem []byte) (size, resident int64) {
+	pages := (len(mem) + shmPage - 1) / shmPage
 	vec := make([]byte, pages)
-	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&s.mem[0])), uintptr(len(s.mem)), uintptr(unsafe.Pointer(&vec[0])))
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0])))
 	if errno != 0 {
-		return int64(len(s.mem)), -1
+		return int64(len(mem)), -1
 	}
 	n := 0
 	for _, v := range vec {
 		n += int(v & 1)
 	}
-	return int64(len(s.mem)), int64(n) * shmPage
+	return int64(len(mem)), int64(n) * shmPage
 }

@@ -395,7 +395,7 @@ func (l *tcpLink) wait(ctx context.Context) (qframe, error) {
 			if waited > t.spin {
 				break
 			}
-			if pure && waited > tcpPureSpin {
+			if pure && waited > tcpPureSpin && !boundAlone() {
 				pure = false
 			}
 		}

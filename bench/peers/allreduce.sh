@@ -17,8 +17,18 @@
 # median of ITERS calls), and the best round's ratio beside it. Raw JSON lines go
 # to $OUT.
 #
+# The wall time of every program run (start to exit, setup included) is
+# recorded too; the "wall" table gives each side's median per np and transport.
+#
+# BUSY=K starts K busy loops (shell processes that never sleep) before the
+# first round and stops them after the last, so that both sides run beside
+# other work sharing the cores.
+#
 #   bench/peers/allreduce.sh                     # sizes 8,1K,64K,1M,16M,64M
 #   SIZES=8,1K,1M ROUNDS=5 NPS="2 4" TRANSPORTS=tcp bench/peers/allreduce.sh
+#   SIZES=8,64K ROUNDS=3 ITERS=5 NPS="32 64 128" TRANSPORTS=shm bench/peers/allreduce.sh
+#   SIZES=8 ITERS=10 ROUNDS=3 NPS=128 TRANSPORTS=shm bench/peers/allreduce.sh   # wall table: whole programs
+#   BUSY=2 SIZES=8,64K,1M NPS=2 bench/peers/allreduce.sh
 set -eu
 
 SIZES=${SIZES:-8,1K,64K,1M,16M,64M}
@@ -26,6 +36,7 @@ ROUNDS=${ROUNDS:-5}
 ITERS=${ITERS:-20}
 NPS=${NPS:-2 4}
 TRANSPORTS=${TRANSPORTS:-shm tcp}
+BUSY=${BUSY:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gear-allreduce.XXXXXX")}
 mkdir -p "$OUT"
@@ -41,6 +52,17 @@ MPIRUN="mpirun"
 [ "$(id -u)" -eq 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"
 CORES=$(nproc)
 
+busy_pids=
+stop_busy() { for p in $busy_pids; do kill "$p" 2>/dev/null || true; done; busy_pids=; }
+trap stop_busy EXIT
+trap 'stop_busy; exit 130' INT TERM
+for _ in $(seq 1 "$BUSY"); do
+	sh -c 'while :; do :; done' &
+	busy_pids="$busy_pids $!"
+done
+[ "$BUSY" -gt 0 ] && echo "allreduce.sh: $BUSY busy processes:$busy_pids" >&2
+
+now() { date +%s.%N; }
 for round in $(seq 1 "$ROUNDS"); do
 	for np in $NPS; do
 		over=
@@ -52,10 +74,15 @@ for round in $(seq 1 "$ROUNDS"); do
 			*) echo "allreduce.sh: unknown transport $tr (want shm or tcp)" >&2; exit 2 ;;
 			esac
 			echo "allreduce.sh: round $round, np $np, $tr" >&2
+			t0=$(now)
 			env $gearenv "$OUT/gearrun" --tag-output=false -np "$np" "$OUT/gearbench" allreduce --sizes "$SIZES" --iters "$ITERS" --json \
 				>"$OUT/gear.$tr.np$np.r$round.jsonl"
+			t1=$(now)
 			$MPIRUN $over $mca -np "$np" "$OUT/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --json \
 				>"$OUT/mpi.$tr.np$np.r$round.jsonl"
+			t2=$(now)
+			echo "gear $tr $np $(echo "$t1 - $t0" | bc)" >>"$OUT/wall.txt"
+			echo "mpi $tr $np $(echo "$t2 - $t1" | bc)" >>"$OUT/wall.txt"
 		done
 	done
 done
@@ -100,4 +127,23 @@ END {
 		printf "%4s %3d %10d %12.3f %12.3f %10.2fGB %10.2fGB %9.2f %9.2f\n", trs[k], nps[k], bytes[k], g * 1e6, m * 1e6, busbw(nps[k], bytes[k], g) / 1e9, busbw(nps[k], bytes[k], m) / 1e9, rt, rb
 	}
 }'
+stop_busy
+
+# Whole programs: each side's median wall time per transport and np.
+awk '
+{ k = $2 SUBSEP $3; if (!(k in seen)) { seen[k] = 1; order[++n] = k }; c = ++cnt[$1, k]; w[$1, k, c] = $4 }
+function med(who, k,    c, i, j, t, a) {
+	c = cnt[who, k]
+	for (i = 1; i <= c; i++) a[i] = w[who, k, i]
+	for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return (c % 2) ? a[(c+1)/2] : (a[c/2] + a[c/2+1]) / 2
+}
+END {
+	printf "%4s %3s %12s %12s %9s   (wall time of the whole program, median of rounds)\n", "tr", "np", "gear s", "mpi s", "g/m"
+	for (i = 1; i <= n; i++) {
+		k = order[i]; split(k, p, SUBSEP)
+		g = med("gear", k); m = med("mpi", k)
+		printf "%4s %3d %12.2f %12.2f %9.2f\n", p[1], p[2], g, m, (m > 0) ? g / m : 0
+	}
+}' "$OUT/wall.txt"
 echo "allreduce.sh: raw results in $OUT" >&2

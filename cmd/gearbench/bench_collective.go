@@ -110,11 +110,12 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 	smallB := fs.String("small-bcast", "-1", "largest tree Broadcast and Reduce (Tuning.SmallBroadcast); -1: default")
 	stream := fs.String("stream", "default", "smallest call written with streaming stores (Tuning.StreamBytes); \"never\" for none")
 	spin := fs.Duration("spin", -1, "shared-memory spin before sleeping (Tuning.Spin); negative: default")
+	boardB := fs.String("board", "-1", "largest AllReduce on the shared-memory board, 0 for none (Tuning.BoardBytes); -1: default")
 	bind := fs.String("bind", "auto", "pin every rank to one core: auto (when the machine has a core per rank, counting the ranks of other network namespaces on it, as mpirun does), core, none")
 	strategyFlag := fs.String("strategy", "", "allreduce only: run the layout-aware reduction of GEAR_GMI_LAYOUT (or --layout) with this strategy: auto (Algorithm 1), mpr, mrr, har")
 	layoutFlag := fs.String("layout", "", "allreduce only: the GMI-to-GPU mapping list, e.g. [[0,1,2],[3,4,5]], instead of GEAR_GMI_LAYOUT; implies --strategy auto")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%v (flags: --sizes LIST --iters K --json --timeout D --bind auto|core|none --chunk B --ring B --small B --small-bcast B --stream B|never --spin D --strategy auto|mpr|mrr|har --layout LIST)", err)
+		return fmt.Errorf("%v (flags: --sizes LIST --iters K --json --timeout D --bind auto|core|none --chunk B --ring B --small B --small-bcast B --stream B|never --spin D --board B --strategy auto|mpr|mrr|har --layout LIST)", err)
 	}
 	layout, err := parseLayoutFlags(op, *strategyFlag, *layoutFlag)
 	if err != nil {
@@ -124,7 +125,7 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 	for _, f := range []struct {
 		v, keep string
 		dst     *int
-	}{{*chunk, "0", &tuning.ChunkBytes}, {*ringBytes, "0", &tuning.RingBytes}, {*small, "-1", &tuning.SmallAllReduce}, {*smallB, "-1", &tuning.SmallBroadcast}} {
+	}{{*chunk, "0", &tuning.ChunkBytes}, {*ringBytes, "0", &tuning.RingBytes}, {*small, "-1", &tuning.SmallAllReduce}, {*smallB, "-1", &tuning.SmallBroadcast}, {*boardB, "-1", &tuning.BoardBytes}} {
 		if f.v == f.keep {
 			continue
 		}
