@@ -140,3 +140,24 @@ func BenchmarkShardPut(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkShardPutFull is BenchmarkShardPut into a full table: every put
+// waits for the table's admission to evict the oldest item and free its row
+// (python/bench.py's "full table" case).
+func BenchmarkShardPutFull(b *testing.B) {
+	h, sh := newBenchTable(b)
+	for range 100000 {
+		if _, err := shardPut(h, -1, false, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := sh.st.WaitAdmitted(b.Context(), sh.shard.CommitSeq()); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(400)
+	for b.Loop() {
+		if _, err := shardPut(h, -1, false, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
