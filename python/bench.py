@@ -125,25 +125,46 @@ def main():
     t.wait_admitted(30)
     srng = np.random.default_rng(1)
 
+    buf = [None]
+
     def gear_sample():
+        buf[0] = t.sample(B, out=buf[0])  # the training loop's path: the same arrays refilled
+        return len(buf[0].keys)
+
+    def gear_sample_new():
         return len(t.sample(B).keys)
 
     def ring_sample():
         return len(ring.sample(B, srng)[0])
 
+    room = gear.Table(name="room", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096)
+
+    def room_insert():
+        if room.info()["size"] > a.writer_capacity - 400000:
+            room.reset()
+        for _ in range(1000):
+            room.insert(1.0, **one)
+        return 1000
+
     cases = [
-        ("insert, one row a call", lambda: (t.insert(1.0, **one), 1)[1], lambda: (ring.insert(1.0, **one), 1)[1]),
+        ("insert, one row a call, full table", lambda: (t.insert(1.0, **one), 1)[1],
+         lambda: (ring.insert(1.0, **one), 1)[1]),
+        ("  into a table with room", room_insert, lambda: (ring.insert(1.0, **one), 1)[1]),
         (f"insert_batch, {B} rows a call", lambda: t.insert_batch(batch), lambda: (ring.insert_batch(batch), B)[1]),
         (f"sample+collect, batches of {B}", gear_sample, ring_sample),
+        ("  the same, new arrays each call", gear_sample_new, ring_sample),
     ]
     print(f"rows of {ROW_BYTES} B, table capacity {a.capacity}, median of {a.repeats} runs of {a.seconds} s")
     print(f"{'case':34} {'gear rows/s':>14} {'numpy ring rows/s':>18} {'gear/numpy':>11}")
     for name, g, r in cases:
-        gs = statistics.median(timed(g, a.seconds) for _ in range(a.repeats))
-        rs = statistics.median(timed(r, a.seconds) for _ in range(a.repeats))
+        gs, rs = [], []
+        for _ in range(a.repeats):  # in alternation, so that both see the same load
+            gs.append(timed(g, a.seconds))
+            rs.append(timed(r, a.seconds))
+        gs, rs = statistics.median(gs), statistics.median(rs)
         print(f"{name:34} {gs:14,.0f} {rs:18,.0f} {gs / rs:11.2f}", flush=True)
-    one_w = statistics.median(writers(t.segment, 1, a.seconds) for _ in range(a.repeats))
-    two_w = statistics.median(writers(t.segment, 2, a.seconds) for _ in range(a.repeats))
+    room.close()
+    one_w, two_w = pairs(lambda k: writers(t.segment, k, a.seconds), a.repeats)
     print(f"{'writer processes, full table':34} one {one_w:,.0f} rows/s, two {two_w:,.0f} rows/s: {two_w / one_w:.2f}x")
     t.close()
 
@@ -154,9 +175,18 @@ def main():
             return writers(f.segment, k, a.seconds)
         finally:
             f.close()
-    one_f = statistics.median(fresh(1) for _ in range(a.repeats))
-    two_f = statistics.median(fresh(2) for _ in range(a.repeats))
+    one_f, two_f = pairs(fresh, a.repeats)
     print(f"{'writer processes, table with room':34} one {one_f:,.0f} rows/s, two {two_f:,.0f} rows/s: {two_f / one_f:.2f}x")
+
+
+def pairs(run, repeats):
+    """Medians of run(1) and run(2) (rows/s of one and two writer
+    processes), measured in alternation so that both see the same load."""
+    ones, twos = [], []
+    for _ in range(repeats):
+        ones.append(run(1))
+        twos.append(run(2))
+    return statistics.median(ones), statistics.median(twos)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@ package main
 
 /*
 #include <stdint.h>
+#include <stdlib.h>
 */
 import "C"
 
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gear-rl/gear/jobs"
@@ -32,6 +34,13 @@ type shardHandle struct {
 	pendMu sync.Mutex
 	pend   map[int]store.Pending
 
+	// stage is the staging row (gear_shard_stage): C memory, so that the
+	// caller may keep its address, freed by close; stageOff[c] is column c's
+	// offset in it.
+	stage    unsafe.Pointer
+	stageOff []int
+	stageLen int
+
 	// sampleMu serializes the calls that use batch and dst.
 	sampleMu sync.Mutex
 	batch    sample.Batch
@@ -45,7 +54,10 @@ func newShardHandle(s *store.Shard, st *sample.ShardTable) *shardHandle {
 	for c, col := range s.Spec().Columns {
 		h.names = append(h.names, col.Name)
 		h.bytes = append(h.bytes, s.BlockBytes(c))
+		h.stageOff = append(h.stageOff, h.stageLen)
+		h.stageLen += (s.BlockBytes(c) + 7) &^ 7 // each column 8-byte aligned
 	}
+	h.stage = C.calloc(C.size_t(max(h.stageLen, 8)), 1)
 	return h
 }
 
@@ -60,7 +72,33 @@ func (h *shardHandle) close() error {
 		return err
 	}
 	h.closed = true
+	C.free(h.stage)
+	h.stage = nil
 	return errors.Join(err, h.shard.Close())
+}
+
+// expiredCtx is a context that has already ended: Allocate under it takes a
+// free row if there is one and returns at once otherwise, with no timer or
+// allocation spent on a context.
+type expiredCtx struct{}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (expiredCtx) Deadline() (time.Time, bool) { return time.Unix(0, 0), true }
+func (expiredCtx) Done() <-chan struct{}       { return closedChan }
+func (expiredCtx) Err() error                  { return context.DeadlineExceeded }
+func (expiredCtx) Value(any) any               { return nil }
+
+// allocate takes a free row: at once if one is free (no context made), else
+// waiting up to ms milliseconds (forever for ms < 0).
+func (h *shardHandle) allocate(ms C.int64_t) (store.Pending, error) {
+	p, err := h.shard.Allocate(expiredCtx{})
+	if err == nil || ms == 0 || !errors.Is(err, context.DeadlineExceeded) {
+		return p, err
+	}
+	ctx, cancel := timeoutCtx(ms)
+	defer cancel()
+	return h.shard.Allocate(ctx)
 }
 
 // use returns the open handle h with its lock held shared; call the returned
@@ -208,13 +246,15 @@ type layoutColumn struct {
 	Offset     int    `json:"offset"`
 	Stride     int    `json:"stride"`
 	BlockBytes int    `json:"block_bytes"`
+	Stage      int    `json:"stage_offset"`
 }
 
 // gear_shard_layout writes the shard's layout as JSON into buf: segment,
 // capacity, owner, mapping_addr and mapping_len (the segment's mapping in this
 // process), and per column its name, dtype (store's name), shape, length
 // (frames per row), offset (of its column table in the mapping), stride
-// (bytes from one row's block to the next) and block_bytes.
+// (bytes from one row's block to the next), block_bytes and stage_offset (in
+// the staging row of gear_shard_stage, whose size is stage_bytes).
 //
 //export gear_shard_layout
 func gear_shard_layout(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64_t) (st C.int32_t) {
@@ -232,12 +272,12 @@ func gear_shard_layout(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64
 		cols = append(cols, layoutColumn{
 			Name: col.Name, DType: col.DType.String(), Shape: append([]int{}, col.Shape...), Length: col.Length,
 			Offset: int(uintptr(unsafe.Pointer(unsafe.SliceData(t)))-base) + s.shard.BlockOffset(c, 0),
-			Stride: s.shard.BlockStride(c), BlockBytes: s.shard.BlockBytes(c),
+			Stride: s.shard.BlockStride(c), BlockBytes: s.shard.BlockBytes(c), Stage: s.stageOff[c],
 		})
 	}
 	b, err := json.Marshal(map[string]any{
 		"segment": s.shard.Name(), "capacity": s.shard.Capacity(), "owner": s.st != nil,
-		"mapping_addr": uint64(base), "mapping_len": len(m), "columns": cols,
+		"mapping_addr": uint64(base), "mapping_len": len(m), "columns": cols, "stage_bytes": s.stageLen,
 	})
 	if err != nil {
 		return fail(err)
@@ -259,9 +299,7 @@ func gear_shard_allocate(h C.uint64_t, ms C.int64_t, row *C.int64_t) (st C.int32
 		return fail(err)
 	}
 	defer done()
-	ctx, cancel := timeoutCtx(ms)
-	defer cancel()
-	p, err := s.shard.Allocate(ctx)
+	p, err := s.allocate(ms)
 	if err != nil {
 		return fail(err)
 	}
@@ -356,10 +394,8 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 	if keys != nil {
 		ks = unsafe.Slice((*uint64)(unsafe.Pointer(keys)), int(n))
 	}
-	ctx, cancel := timeoutCtx(ms)
-	defer cancel()
 	for i := 0; i < int(n); i++ {
-		p, err := s.shard.Allocate(ctx)
+		p, err := s.allocate(ms)
 		if err != nil {
 			return fail(err)
 		}
@@ -377,6 +413,67 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 		*done = C.int64_t(i + 1)
 	}
 	return statusOK
+}
+
+// gear_shard_stage stores in addr the address of the handle's staging row:
+// memory of libgear's, valid until gear_close(h), with room for one row
+// (column c's block_bytes at its stage_offset in gear_shard_layout), that
+// gear_shard_put inserts. The caller writes it and calls gear_shard_put from
+// one thread at a time.
+//
+//export gear_shard_stage
+func gear_shard_stage(h C.uint64_t, addr *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, unlock, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer unlock()
+	if addr == nil {
+		return fail(invalidf("shard %q: null stage pointer", s.shard.Name()))
+	}
+	*addr = C.uint64_t(uintptr(s.stage))
+	return statusOK
+}
+
+// gear_shard_put inserts the staging row (gear_shard_stage) as one row with
+// priority, and with key when hasKey is not 0 (else its insertion sequence is
+// its key): one call per row, for callers that insert rows one at a time. It
+// waits up to ms milliseconds for a free row (0: none; GEAR_TIMEOUT then, with
+// nothing inserted) and stores the row's insertion sequence in seq (may be
+// NULL).
+//
+//export gear_shard_put
+func gear_shard_put(h C.uint64_t, ms C.int64_t, hasKey C.int32_t, key C.uint64_t, priority C.double, seq *C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	ref, err := shardPut(uint64(h), int64(ms), hasKey != 0, uint64(key), float64(priority))
+	if err != nil {
+		return fail(err)
+	}
+	if seq != nil {
+		*seq = C.uint64_t(ref.Seq)
+	}
+	return statusOK
+}
+
+// shardPut is gear_shard_put in Go's types.
+func shardPut(h uint64, ms int64, hasKey bool, key uint64, priority float64) (store.Ref, error) {
+	s, unlock, err := use(C.uint64_t(h))
+	if err != nil {
+		return store.Ref{}, err
+	}
+	defer unlock()
+	p, err := s.allocate(C.int64_t(ms))
+	if err != nil {
+		return store.Ref{}, err
+	}
+	for c, bb := range s.bytes {
+		copy(p.Block(c), unsafe.Slice((*byte)(unsafe.Add(s.stage, s.stageOff[c])), bb))
+	}
+	if hasKey {
+		return p.CommitKey(key, priority)
+	}
+	return p.Commit(priority)
 }
 
 // batchHandle is a sampled batch the caller holds (gear_table_sample with keep).

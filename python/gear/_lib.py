@@ -58,6 +58,8 @@ _SIGS = {
     "gear_shard_commit": ([_u64, _i64, _i32, _u64, _dbl, _P(_u64)], _i32),
     "gear_shard_abort": ([_u64, _i64], _i32),
     "gear_shard_insert": ([_u64, _i64, _p, _p, _i32, _p, _i64, _P(_i64)], _i32),
+    "gear_shard_stage": ([_u64, _P(_u64)], _i32),
+    "gear_shard_put": ([_u64, _i64, _i32, _u64, _dbl, _P(_u64)], _i32),
     "gear_table_sample": ([_u64, _i64, _i64, _i32, _p, _p, _p, _p, _p, _i32, _p, _p, _P(_i64), _P(_u64)], _i32),
     "gear_table_mutate": ([_u64, _i64, _p, _p, _i64, _p], _i32),
     "gear_table_reset": ([_u64], _i32),
@@ -79,13 +81,19 @@ def _load():
     # Lazy binding: the NVML symbols that go-nvml (through package gmi) leaves
     # undefined are resolved only if a GPU's library is ever loaded.
     lib = ctypes.CDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
+    # The same library through PyDLL: its calls keep the GIL, which spares
+    # the GIL's release and retaking (a good part of a short call's cost)
+    # and keeps other Python threads out while it runs. Only calls that
+    # never wait go through it (gear_shard_put with ms 0).
+    fast = ctypes.PyDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
     for name, (args, res) in _SIGS.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = args, res
-    return lib
+        for lb in (lib, fast):
+            fn = getattr(lb, name)
+            fn.argtypes, fn.restype = args, res
+    return lib, fast
 
 
-lib = _load()
+lib, fast = _load()
 
 
 def last_error():

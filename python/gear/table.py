@@ -72,6 +72,10 @@ class Column:
         self.length = d["length"]
         self.row_shape = self.shape if self.length == 1 else (self.length,) + self.shape
         self.block_bytes = d["block_bytes"]
+        self.stage_offset = d["stage_offset"]
+        # The numpy scalar type insert takes as it is (np.float32(1.0) for a
+        # float32 column of one element).
+        self.scalar = self.dtype.type if self.row_shape == () else None
         cap = base["capacity"]
         # Every row's block of this column, viewed in the shard's mapping.
         raw = np.lib.stride_tricks.as_strided(
@@ -145,7 +149,17 @@ class _Shard:
         self.columns = {d["name"]: Column(d, base) for d in lay["columns"]}
         self._order = list(self.columns)
         self._ptrs = (ctypes.c_void_p * len(self._order))()
-        self._row = ctypes.byref(ctypes.c_int64())
+        # The staging row of insert: libgear's memory, viewed per column.
+        addr = ctypes.c_uint64()
+        _lib.check(lib.gear_shard_stage(handle, ctypes.byref(addr)))
+        self._stage_mem = (ctypes.c_char * max(lay["stage_bytes"], 1)).from_address(addr.value)
+        self._stage_bytes = np.frombuffer(self._stage_mem, np.uint8)
+        self._stage = {}
+        for c in self.columns.values():
+            raw = self._stage_bytes[c.stage_offset:c.stage_offset + c.block_bytes]
+            # A 0-d view is set fastest at (), an array's at ...
+            self._stage[c.name] = (raw.view(c.dtype).reshape(c.row_shape), () if c.row_shape == () else ..., c)
+        self._put = _lib.fast.gear_shard_put
 
     def _handle(self):
         if self._h is None:
@@ -162,36 +176,50 @@ class _Shard:
 
     def insert(self, priority=1.0, key=None, timeout=None, **columns):
         """Insert one row: every column by name, as an array of its dtype and
-        row shape (Python numbers are converted; numpy arrays and tensors must
-        have the column's dtype). A wrong dtype or shape raises ValueError
-        naming the column, and nothing is inserted. The values are written
-        straight into a free row of the shard, which is then committed."""
-        if len(columns) != len(self._order):
+        row shape (Python numbers and numpy scalars are converted; numpy
+        arrays and tensors must have the column's dtype). A wrong dtype or shape
+        raises ValueError naming the column, and nothing is inserted. The
+        values are written into the handle's staging row (memory of
+        libgear's), which one call (gear_shard_put) copies into a free row of
+        the shard and commits. Waits up to timeout seconds (None: no limit)
+        while the shard is full. Not for two threads on one handle at once."""
+        stage = self._stage
+        if len(columns) != len(stage):
             self._check_names(columns)
-        vals = []
         for name, v in columns.items():
-            c = self.columns.get(name)
-            if c is None:
+            s = stage.get(name)
+            if s is None:
                 self._check_names(columns)
-            if type(v) is np.ndarray and v.dtype == c.dtype and v.shape == c.row_shape:
-                vals.append((c.rows, v))
-            else:
-                vals.append((c.rows, c.check(v)))
-        h = self._handle()
-        row = self._row
-        st = lib.gear_shard_allocate(h, 0, row)
+            view, at, c = s
+            t = type(v)
+            if t is np.ndarray:
+                if (v.dtype is not c.dtype and v.dtype != c.dtype) or v.shape != c.row_shape:
+                    v = c.check(v)
+            elif t is not c.scalar:
+                v = c.check(v)
+            view[at] = v
+        h = self._h
+        if h is None:
+            self._handle()
+        st = self._put(h, 0, key is not None, key or 0, priority, None)
         if st != _lib.OK:
-            if st != _lib.TIMEOUT:
-                _lib.check(st)
-            _lib.sliced(lambda ms: lib.gear_shard_allocate(h, ms, row), timeout, "insert")
-        r = row._obj.value
-        try:
-            for rows, v in vals:
-                rows[r] = v
-        except BaseException:
-            lib.gear_shard_abort(h, r)
-            raise
-        _lib.check(lib.gear_shard_commit(h, r, key is not None, key or 0, priority, None))
+            self._put_slow(st, priority, key, timeout)
+
+    def _put_slow(self, st, priority, key, timeout):
+        """insert's path when no row is free at once: the staging row's copy
+        goes through gear_shard_insert, which waits without the GIL."""
+        if st != _lib.TIMEOUT:
+            _lib.check(st)
+        row = self._stage_bytes.copy()
+        ptrs = (ctypes.c_void_p * len(self._order))(
+            *[row.ctypes.data + self.columns[c].stage_offset for c in self._order])
+        prio = np.full(1, priority, np.float64)
+        keys = np.full(1, key or 0, np.uint64)
+        kp = _NULL if key is None else keys.ctypes.data
+        done = ctypes.c_int64()
+        h = self._handle()
+        _lib.sliced(lambda ms: lib.gear_shard_insert(h, 1, kp, prio.ctypes.data, len(ptrs), ptrs, ms,
+                                                     ctypes.byref(done)), timeout, "insert")
 
     def _check_names(self, columns):
         missing, extra = set(self._order) - set(columns), set(columns) - set(self._order)

@@ -198,8 +198,8 @@ def test_ctrl_c_during_blocked_sample(gear, make_table):
         import gear
         t = gear.Table(name="t", capacity=4, columns=[{{"name": "x", "dtype": "float32"}}],
                        segment={t.segment + ".c"!r})
-        print("blocked", flush=True)
         try:
+            print("blocked", flush=True)  # inside the try: the signal may come at once
             t.sample(1)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
@@ -227,3 +227,36 @@ def test_checkpoint_and_restore(gear, make_table, tmp_path):
         assert np.array_equal(s.data["x"][:, 0], (s.keys - 5).astype(np.float32))
     finally:
         r.close()
+
+
+def test_insert_one_row_kinds_and_full_shard(gear, make_table):
+    """insert's staged row: arrays, numpy scalars and Python numbers land in
+    their columns; a wrong dtype raises ValueError and commits nothing; an
+    insert into a shard with no free row waits (gear_shard_insert's path)
+    until one is freed, and inserts the row it was given."""
+    cols = [{"name": "obs", "dtype": "float32", "shape": [3]}, {"name": "a", "dtype": "int32"},
+            {"name": "r", "dtype": "float64"}]
+    t = make_table(columns=cols, capacity=3, rate_limiter={"kind": "queue"}, extra_rows=0)
+    t.insert(key=1, obs=np.array([1, 2, 3], np.float32), a=np.int32(7), r=0.5)
+    t.insert(key=2, obs=[4, 5, 6], a=np.int64(8), r=np.float64(1.5))
+    with pytest.raises(ValueError, match="'obs'"):
+        t.insert(key=9, a=9, r=0.0, obs=np.zeros(3, np.float64))  # a and r are staged first
+    t.wait_admitted(10)
+    assert len(t) == 2
+    s = t.sample(2, timeout=5)
+    assert s.keys.tolist() == [1, 2]
+    assert s.data["obs"].tolist() == [[1, 2, 3], [4, 5, 6]] and s.data["a"].tolist() == [7, 8]
+    assert s.data["r"].tolist() == [0.5, 1.5]
+    # The queue holds three; the fourth waits for admission in the shard's
+    # spare row (jobs gives the shard one row beyond the capacity).
+    for k in (3, 4, 5, 6):
+        t.insert(key=k, obs=np.full(3, k, np.float32), a=k, r=float(k))
+    with pytest.raises(gear.Timeout):
+        t.insert(key=7, obs=np.full(3, 7, np.float32), a=7, r=7.0, timeout=0.2)
+    freed = threading.Timer(0.3, lambda: t.sample(1, timeout=5))  # frees key 3's row
+    freed.start()
+    t.insert(key=8, obs=np.full(3, 8, np.float32), a=8, r=8.0, timeout=10)
+    freed.join()
+    got = [t.sample(1, timeout=5) for _ in range(4)]
+    assert [int(g.keys[0]) for g in got] == [4, 5, 6, 8]
+    assert got[3].data["obs"][0].tolist() == [8, 8, 8] and got[3].data["a"][0] == 8 and got[3].data["r"][0] == 8.0

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/gear-rl/gear/sample"
+	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
+)
+
+// benchSpec is python/bench.py's table: 400 B rows.
+const benchSpec = `
+[table]
+name = "bench"
+capacity = 100000
+trajectory_length = 1
+sampler = "uniform"
+remover = "fifo"
+[[table.columns]]
+name = "obs"
+dtype = "float32"
+shape = [96]
+[[table.columns]]
+name = "action"
+dtype = "int32"
+[[table.columns]]
+name = "reward"
+dtype = "float32"
+[[table.columns]]
+name = "discount"
+dtype = "float32"
+[[table.columns]]
+name = "flags"
+dtype = "int32"
+`
+
+// newBenchTable builds benchSpec's table over a fresh shard, as
+// gear_table_create does, and returns its handle.
+func newBenchTable(tb testing.TB) (h uint64, sh *shardHandle) {
+	tb.Helper()
+	ss, cfg, err := buildTable(benchSpec, 4096)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := store.Create(storetest.Name(tb, tb.Name()), ss)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	t, err := sample.NewShardTable(s, cfg)
+	if err != nil {
+		s.Close()
+		tb.Fatal(err)
+	}
+	sh = newShardHandle(s, t)
+	hc := register(sh)
+	tb.Cleanup(func() {
+		if st := gear_close(hc); st != statusOK {
+			tb.Errorf("gear_close: status %d", st)
+		}
+	})
+	return uint64(hc), sh
+}
+
+// TestShardPut inserts staged rows one a call and reads them back through
+// the table's collection.
+func TestShardPut(t *testing.T) {
+	h, sh := newBenchTable(t)
+	o := register(&op{}) // an unrelated handle: put refuses it
+	defer func() {
+		handlesMu.Lock()
+		delete(handles, uint64(o))
+		handlesMu.Unlock()
+	}()
+	if _, err := shardPut(uint64(o), 0, false, 0, 1); statusOf(err) != statusInvalid {
+		t.Fatalf("put on an operation's handle: %v, want an invalid argument", err)
+	}
+	obs := unsafe.Slice((*float32)(unsafe.Add(sh.stage, sh.stageOff[0])), 96)
+	act := (*int32)(unsafe.Add(sh.stage, sh.stageOff[1]))
+	for i := range 10 {
+		for j := range obs {
+			obs[j] = float32(i*1000 + j)
+		}
+		*act = int32(i)
+		ref, err := shardPut(h, 0, true, uint64(100+i), 2)
+		if err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+		if ref.Seq != uint64(i) {
+			t.Fatalf("put %d: sequence %d", i, ref.Seq)
+		}
+	}
+	if err := sh.st.WaitAdmitted(t.Context(), sh.shard.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh.st.Info().Size; got != 10 {
+		t.Fatalf("table size %d after 10 puts", got)
+	}
+	var b sample.Batch
+	if err := sh.st.SampleInto(t.Context(), &b, 10); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	for _, it := range b.Items {
+		out, err := sh.st.Collect(t.Context(), []int{it.Index}, []string{"obs", "action"}, sample.Window{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := int(it.Key) - 100
+		if i < 0 || i >= 10 || it.Priority != 2 {
+			t.Fatalf("item key %d priority %v", it.Key, it.Priority)
+		}
+		o := unsafe.Slice((*float32)(unsafe.Pointer(&out[0][0])), 96)
+		if o[0] != float32(i*1000) || o[95] != float32(i*1000+95) || *(*int32)(unsafe.Pointer(&out[1][0])) != int32(i) {
+			t.Fatalf("row of key %d: obs[0] %v obs[95] %v action %d", it.Key, o[0], o[95], *(*int32)(unsafe.Pointer(&out[1][0])))
+		}
+	}
+}
+
+// BenchmarkShardPut is gear_shard_put's Go side: one staged 400 B row a
+// call into a table with room, as python/bench.py's one-row inserts.
+func BenchmarkShardPut(b *testing.B) {
+	h, sh := newBenchTable(b)
+	b.SetBytes(400)
+	n := 0
+	for b.Loop() {
+		if _, err := shardPut(h, 0, false, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+		n++
+		if n%50000 == 0 { // keep the table from filling: the benchmark is the put
+			b.StopTimer()
+			if err := sh.st.WaitAdmitted(b.Context(), sh.shard.CommitSeq()); err != nil {
+				b.Fatal(err)
+			}
+			if err := sh.st.Reset(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	}
+}
+
+// BenchmarkShardPutFull is BenchmarkShardPut into a full table: every put
+// waits for the table's admission to evict the oldest item and free its row
+// (python/bench.py's "full table" case).
+func BenchmarkShardPutFull(b *testing.B) {
+	h, sh := newBenchTable(b)
+	for range 100000 {
+		if _, err := shardPut(h, -1, false, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := sh.st.WaitAdmitted(b.Context(), sh.shard.CommitSeq()); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(400)
+	for b.Loop() {
+		if _, err := shardPut(h, -1, false, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
