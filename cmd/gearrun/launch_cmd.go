@@ -69,9 +69,9 @@ var gmiFlagNames = []string{"gmi-per-gpu", "gmi-backend", "gmi-workload", "mps-m
 
 func (g *groupFlags) register(fs *flag.FlagSet) {
 	fs.Var(npFlag{g}, "np", "`N` ranks in this group (required); MIN:MAX: an elastic size (a job of one group): MAX ranks, and after a lost host with --max-restarts as many as the hosts left hold, at least MIN")
-	fs.Var(npFlag{g}, "n", "same as -np")
+	fs.Var(npFlag{g}, "n", "same as -np `N`")
 	fs.StringVar(&g.role, "role", "", "role name of this group (default: program base name for MPMD jobs)")
-	fs.Var(&g.env, "x", "pass NAME=VALUE, or NAME with the launcher's value, to the ranks (repeatable)")
+	fs.Var(&g.env, "x", "pass `NAME=VALUE`, or NAME with the launcher's value, to the ranks (repeatable)")
 	b := &g.bind
 	fs.StringVar(&b.bind, "bind", "none", "`gpu`: bind each rank to a GPU (CUDA_VISIBLE_DEVICES); none: no GPU binding")
 	fs.IntVar(&b.perGPU, "gmi-per-gpu", 1, "`K` ranks share each GPU as GMIs (MPS shares or MIG instances); implies --bind gpu")
@@ -232,13 +232,7 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		g.register(fs)
 		if i == 0 {
 			lf.register(fs)
-			fs.Usage = func() {
-				fmt.Fprintf(stderr, "usage: gearrun [flags] -np N PROGRAM [ARGS...] [: -np M PROGRAM2 [ARGS...] ...]\n\n"+
-					"PROGRAM may be a Go package directory (./examples/hello): gearrun builds it once.\n"+
-					"After each ':' come that group's -np, --role, -x and GPU binding flags (--bind,\n"+
-					"--gmi-*, --mps-mem-limit); binding flags before the first program apply to every group.\n\nFlags:\n")
-				fs.PrintDefaults()
-			}
+			fs.Usage = func() { usage(stderr) }
 		}
 		if err := fs.Parse(seg); err != nil {
 			return lf, req, err
