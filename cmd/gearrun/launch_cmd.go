@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/gear-rl/gear/gmi"
@@ -413,19 +414,23 @@ func launchCommand(args []string, s stdio) int {
 		}
 		return runOnHosts(plan, opts, rem, s)
 	}
-	return runPlan(plan, opts, s)
+	return runPlan(plan, "", opts, s)
 }
 
 // runPlan runs plan with opts on the command's stdio, passing SIGINT and
 // SIGTERM on to the launcher, and returns gearrun's exit code: the job's, or
-// launch.ExitLaunchFailed when it could not be started.
-func runPlan(plan *launch.Plan, opts launch.Options, s stdio) int {
+// launch.ExitLaunchFailed when it could not be started. The job is recorded
+// for gearrun status under name ("": its programs).
+func runPlan(plan *launch.Plan, name string, opts launch.Options, s stdio) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	opts.Stdout, opts.Stderr, opts.Stdin, opts.Signals = s.out, s.err, s.in, sigs
+	job := startLocalJob(plan, name, opts.Verbose, s)
 	res, err := launch.Run(context.Background(), plan, opts)
-	return jobExitCode(s, res, err)
+	code := jobExitCode(s, res, err)
+	job.end(code)
+	return code
 }
 
 // jobExitCode is gearrun's exit code for a job that ran (launch.Run or
@@ -452,7 +457,7 @@ func cleanCommand(args []string, s stdio) int {
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "list what would be removed, remove nothing")
 	fs.StringVar(&opts.ShmDir, "shm-dir", "/dev/shm", "directory of shared-memory segments")
 	fs.StringVar(&opts.RuntimeDir, "runtime-dir", rank.RuntimeDir(), "directory of job lock files")
-	ckpt := fs.String("checkpoints", "", "remove the checkpoint directory of job `ID` instead (under $XDG_STATE_HOME/gear/checkpoints, see docs/elastic.md)")
+	ckpt := fs.String("checkpoints", "", "remove the checkpoint directory of job `ID` (or a prefix of it) instead; gearrun clean --dry-run lists them (see docs/elastic.md)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -460,17 +465,18 @@ func cleanCommand(args []string, s stdio) int {
 		fmt.Fprintf(s.err, "gearrun clean: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	root := launch.CheckpointRoot()
 	if *ckpt != "" {
+		c, err := findCheckpoints(root, *ckpt)
+		if err != nil {
+			fmt.Fprintf(s.err, "gearrun clean: %v\n", err)
+			return 1
+		}
 		if opts.DryRun {
-			dir := launch.CheckpointDir("", *ckpt)
-			if _, err := os.Stat(dir); err != nil {
-				fmt.Fprintf(s.err, "gearrun clean: job %s has no checkpoint directory (%v)\n", *ckpt, err)
-				return 1
-			}
-			fmt.Fprintf(s.out, "would remove checkpoints %s\n", dir)
+			fmt.Fprintf(s.out, "would remove checkpoints %s (%s)\n", c.path, byteSize(c.bytes))
 			return 0
 		}
-		dir, err := launch.RemoveCheckpoints("", *ckpt)
+		dir, err := launch.RemoveCheckpoints(root, c.job)
 		if err != nil {
 			fmt.Fprintf(s.err, "gearrun clean: %s\n", strings.TrimPrefix(err.Error(), "launch: "))
 			return 1
@@ -478,6 +484,7 @@ func cleanCommand(args []string, s stdio) int {
 		fmt.Fprintf(s.out, "removed checkpoints %s\n", dir)
 		return 0
 	}
+	defer writeCheckpoints(s, root)
 	got, err := launch.Clean(opts)
 	verb := "removed"
 	if opts.DryRun {
@@ -497,4 +504,23 @@ func cleanCommand(args []string, s stdio) int {
 		return 1
 	}
 	return 0
+}
+
+// writeCheckpoints lists the checkpoint directories under root, which gearrun
+// clean keeps (a job's checkpoints outlive it on purpose), with their sizes.
+func writeCheckpoints(s stdio, root string) {
+	all, err := listCheckpoints(root)
+	if err != nil {
+		fmt.Fprintf(s.err, "gearrun clean: %v\n", err)
+		return
+	}
+	if len(all) == 0 {
+		return
+	}
+	fmt.Fprintf(s.out, "kept checkpoints of %d jobs in %s (remove one with gearrun clean --checkpoints ID):\n", len(all), root)
+	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	for _, c := range all {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.job, byteSize(c.bytes))
+	}
+	tw.Flush()
 }

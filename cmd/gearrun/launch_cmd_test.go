@@ -50,7 +50,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envAsGearrun) == "1" {
 		os.Exit(run(os.Args[1:], stdio{os.Stdin, os.Stdout, os.Stderr}))
 	}
-	goleak.VerifyTestMain(m)
+	removeState := geartest.PrivateStateHome()
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeState()
+		os.Exit(code)
+	}))
 }
 
 // helper is a rank program.
