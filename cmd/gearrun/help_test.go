@@ -2,8 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gear-rl/gear/rank"
 )
 
 // TestHelpListsLaunchFlags: gearrun -h, --help and help print the launch flags
@@ -37,6 +42,39 @@ func TestHelpListsLaunchFlags(t *testing.T) {
 			want = text
 		} else if text != want {
 			t.Errorf("%v printed another help than %v", args, []string{"-h"})
+		}
+	}
+}
+
+// --dry-run --json says, as the text form does, which values are chosen when
+// the job starts: the rendezvous port of 127.0.0.1:0 and MASTER_PORT.
+func TestDryRunJSONSaysWhatIsChosenAtLaunch(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--dry-run", "--json", "-np", "2", "/bin/true"}, []string{rank.EnvRdzvAddr, rank.EnvTorchMasterPort}},
+		{[]string{"--dry-run", "--json", "--rdzv-addr", "127.0.0.1:29400", "-np", "2", "/bin/true"}, []string{rank.EnvTorchMasterPort}},
+		{[]string{"--dry-run", "--json", "--rdzv-addr", "127.0.0.1:29400", "--torch-env=false", "-np", "2", "/bin/true"}, nil},
+	} {
+		code, out, errs := gearrunIn(c.args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", c.args, code, errs)
+		}
+		var plan struct {
+			ChosenAtLaunch map[string]string `json:"chosen_at_launch"`
+		}
+		if err := json.Unmarshal([]byte(out), &plan); err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, out)
+		}
+		got := slices.Sorted(maps.Keys(plan.ChosenAtLaunch))
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%v: chosen_at_launch names %q, want %q", c.args, got, c.want)
+		}
+		for k, v := range plan.ChosenAtLaunch {
+			if !strings.Contains(v, "at launch") {
+				t.Errorf("%v: chosen_at_launch[%s] = %q does not say it is chosen at launch", c.args, k, v)
+			}
 		}
 	}
 }
