@@ -517,7 +517,11 @@ func writeCheckpoints(s stdio, root string) {
 	if len(all) == 0 {
 		return
 	}
-	fmt.Fprintf(s.out, "kept checkpoints of %d jobs in %s (remove one with gearrun clean --checkpoints ID):\n", len(all), root)
+	jobsWord := "jobs"
+	if len(all) == 1 {
+		jobsWord = "job"
+	}
+	fmt.Fprintf(s.out, "kept checkpoints of %d %s in %s (remove one with gearrun clean --checkpoints ID):\n", len(all), jobsWord, root)
 	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
 	for _, c := range all {
 		fmt.Fprintf(tw, "  %s\t%s\n", c.job, byteSize(c.bytes))

@@ -187,7 +187,7 @@ func TestCleanCheckpointsPrefixesAndListing(t *testing.T) {
 		t.Errorf("clean --checkpoints 0A1B2C: exit %d, %q %q", code, out, errs)
 	}
 	code, out, _ = clean("--dry-run")
-	if code != 0 || !strings.Contains(out, "kept checkpoints of 1 jobs") || strings.Contains(out, a) || !strings.Contains(out, b) {
+	if code != 0 || !strings.Contains(out, "kept checkpoints of 1 job in") || strings.Contains(out, a) || !strings.Contains(out, b) {
 		t.Errorf("clean --dry-run after removing %s: exit %d\n%s", a, code, out)
 	}
 	if code, out, _ = clean("--checkpoints", b); code != 0 || exists(filepath.Join(root, b)) {
