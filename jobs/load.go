@@ -163,7 +163,11 @@ func strictErrors(strict *toml.StrictMissingError, data []byte, file string) []l
 // located writes a *FieldError found in the decoded tree with its position:
 // "jobs: file:line:col: field: problem", unwrapping to the *FieldError.
 func located(err error, file string, line, col int) error {
-	return &fileError{file: strings.TrimSuffix(where(file, line, col), ": "), err: err}
+	at := strings.TrimSuffix(where(file, line, col), ": ")
+	if at == "" {
+		return err
+	}
+	return &fileError{file: at, err: err}
 }
 
 // keyValue is where one key = value of a document is: the position of its

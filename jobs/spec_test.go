@@ -488,6 +488,22 @@ capacity = [
 	}
 }
 
+// Without a file name, a decode error still starts with "jobs: " and names its
+// place by line and column.
+func TestDecodeErrorsWithoutFile(t *testing.T) {
+	_, err := Parse([]byte("[launch]\nnp = \"two\"\ngrace = 30\n"), "")
+	if err == nil {
+		t.Fatal("Parse accepted the document")
+	}
+	want := []string{
+		"jobs: line 2, column 6: launch.np: want int, got TOML string",
+		"jobs: line 3, column 1: launch.grace: want a duration string such as \"90s\", got 30",
+	}
+	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
+		t.Errorf("error\n%s\nwant\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
 func TestRoles(t *testing.T) {
 	s := fullSpec()
 	roles := s.Roles()
