@@ -452,7 +452,8 @@ func jobExitCode(s stdio, res *launch.Result, err error) int {
 
 func cleanCommand(args []string, s stdio) int {
 	fs := newFlagSet("gearrun clean", "clean [flags]\n\n"+
-		"Remove the shared-memory segments of gear jobs that are gone.\n\nFlags:", s)
+		"Remove the shared-memory segments of gear jobs that are gone, then list the\n"+
+		"checkpoint directories kept (--checkpoints ID removes one).\n\nFlags:", s)
 	var opts launch.CleanOptions
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "list what would be removed, remove nothing")
 	fs.StringVar(&opts.ShmDir, "shm-dir", "/dev/shm", "directory of shared-memory segments")
@@ -484,7 +485,6 @@ func cleanCommand(args []string, s stdio) int {
 		fmt.Fprintf(s.out, "removed checkpoints %s\n", dir)
 		return 0
 	}
-	defer writeCheckpoints(s, root)
 	got, err := launch.Clean(opts)
 	verb := "removed"
 	if opts.DryRun {
@@ -499,11 +499,13 @@ func cleanCommand(args []string, s stdio) int {
 	if len(got.Segments)+len(got.Locks) == 0 {
 		fmt.Fprintln(s.out, "nothing to clean")
 	}
+	code := 0
 	if err != nil {
 		fmt.Fprintf(s.err, "gearrun clean: %v\n", err)
-		return 1
+		code = 1
 	}
-	return 0
+	writeCheckpoints(s, root)
+	return code
 }
 
 // writeCheckpoints lists the checkpoint directories under root, which gearrun
