@@ -2,6 +2,8 @@ package geartest
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/gear-rl/gear/rank"
 )
@@ -10,9 +12,17 @@ import (
 // unsets GEAR_STATE_DIR, so that the gearrun processes a test binary starts
 // keep their records and checkpoints (gearrun status, --max-restarts) there
 // rather than in the user's ~/.local/state/gear. Call it from TestMain before
-// m.Run; the returned func removes the directory (call it after m.Run).
+// m.Run; the returned func removes the directory (call it after m.Run). A
+// test binary that ends itself with os.Exit inside a test never calls it:
+// such a run should not call PrivateStateHome.
+//
+// A test binary that a test runs again (as a helper, as gearrun) inherits
+// its parent's directory, which the parent removes.
 func PrivateStateHome() (remove func()) {
-	dir, err := os.MkdirTemp("", "gear-test-state-")
+	if d := os.Getenv("XDG_STATE_HOME"); strings.HasPrefix(filepath.Base(d), stateHomePrefix) && os.Getenv(rank.EnvStateDir) == "" {
+		return func() {}
+	}
+	dir, err := os.MkdirTemp("", stateHomePrefix+"*")
 	if err != nil {
 		// No temporary directory: the tests that need one fail on their own.
 		return func() {}
@@ -21,3 +31,6 @@ func PrivateStateHome() (remove func()) {
 	os.Unsetenv(rank.EnvStateDir)
 	return func() { os.RemoveAll(dir) }
 }
+
+// stateHomePrefix starts the name of the directories PrivateStateHome makes.
+const stateHomePrefix = "gear-test-state-"
