@@ -20,7 +20,9 @@ import (
 var bins = geartest.NewCommands("github.com/gear-rl/gear/cmd/gearrun")
 
 func TestMain(m *testing.M) {
+	removeState := geartest.PrivateStateHome()
 	code := m.Run()
+	removeState()
 	bins.Remove()
 	os.Exit(code)
 }

@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+	"github.com/pelletier/go-toml/v2/unstable"
 
 	"github.com/gear-rl/gear/rank"
 )
@@ -67,23 +69,220 @@ func Decode(data []byte, file string) (*Spec, error) {
 }
 
 // decode decodes data into a Spec, and also into the generic tree of keys the
-// document writes, which tells an explicit zero from a missing key.
+// document writes, which tells an explicit zero from a missing key. It reports
+// every decode error it finds, not only the first: the TOML decoder stops at
+// the first value of the wrong type, so decode blanks that key and value out of
+// a copy of the document and decodes again, until the decoder has no more to
+// say. A syntax error ends the search (nothing after it can be read).
 func decode(data []byte, file string) (*Spec, map[string]any, error) {
-	var s Spec
-	dec := toml.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return nil, nil, decodeError(err, data, file)
-	}
-	// A bare integer decodes into a Duration as nanoseconds; nobody means that.
 	var raw map[string]any
 	if err := toml.Unmarshal(data, &raw); err != nil {
 		return nil, nil, decodeError(err, data, file)
 	}
-	if errs := checkDurations(raw, reflect.TypeFor[Spec](), ""); len(errs) > 0 {
-		return nil, nil, prefixFile(errors.Join(errs...), file)
+	kvs := keyValues(data)
+	var found []locatedError
+	doc := data
+	var s Spec
+	for range maxDecodeErrors {
+		s = Spec{}
+		dec := toml.NewDecoder(bytes.NewReader(doc))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&s)
+		if err == nil {
+			break
+		}
+		var strict *toml.StrictMissingError
+		if errors.As(err, &strict) {
+			found = append(found, strictErrors(strict, doc, file)...)
+			break
+		}
+		var de *toml.DecodeError
+		if !errors.As(err, &de) {
+			found = append(found, locatedError{err: decodeError(err, doc, file)})
+			break
+		}
+		line, col := de.Position()
+		found = append(found, locatedError{line: line, col: col, err: decodeError(err, doc, file)})
+		next, ok := blankKeyValue(doc, kvs, line, col)
+		if !ok {
+			break
+		}
+		doc = next
+	}
+	// A bare integer decodes into a Duration as nanoseconds; nobody means that.
+	for _, e := range checkDurations(raw, reflect.TypeFor[Spec](), "") {
+		var fe *FieldError
+		line, col := 0, 0
+		if errors.As(e, &fe) {
+			if kv, ok := kvs[fe.Field]; ok {
+				line, col = kv.line, kv.col
+			}
+		}
+		found = append(found, locatedError{line: line, col: col, err: located(e, file, line, col)})
+	}
+	if len(found) > 0 {
+		slices.SortStableFunc(found, func(a, b locatedError) int {
+			if a.line != b.line {
+				return a.line - b.line
+			}
+			return a.col - b.col
+		})
+		errs := make([]error, len(found))
+		for i, f := range found {
+			errs[i] = f.err
+		}
+		return nil, nil, errors.Join(errs...)
 	}
 	return &s, raw, nil
+}
+
+// maxDecodeErrors bounds how many decode errors decode looks for in one
+// document.
+const maxDecodeErrors = 100
+
+// locatedError is a decode error and where in the document it is (line 0:
+// unknown).
+type locatedError struct {
+	line, col int
+	err       error
+}
+
+// strictErrors turns the decoder's unknown keys into errors, one per key.
+func strictErrors(strict *toml.StrictMissingError, data []byte, file string) []locatedError {
+	out := make([]locatedError, 0, len(strict.Errors))
+	for i := range strict.Errors {
+		e := &strict.Errors[i]
+		line, col := e.Position()
+		key := indexArrayTables(data, e.Key(), line)
+		out = append(out, locatedError{line: line, col: col,
+			err: fmt.Errorf("jobs: %s%s: unknown key", where(file, line, col), key)})
+	}
+	return out
+}
+
+// located writes a *FieldError found in the decoded tree with its position:
+// "jobs: file:line:col: field: problem", unwrapping to the *FieldError.
+func located(err error, file string, line, col int) error {
+	at := strings.TrimSuffix(where(file, line, col), ": ")
+	if at == "" {
+		return err
+	}
+	return &fileError{file: at, err: err}
+}
+
+// keyValue is where one key = value of a document is: the position of its
+// key, and the byte range from the key up to the line of the next expression
+// (the parser keeps no range for a whole array or inline table, and a TOML
+// expression starts on a line of its own).
+type keyValue struct {
+	line, col  int
+	start, end int
+}
+
+// keyValues maps the dotted path of every key = value in data ("launch.np",
+// "group[1].role", "table.columns[0].name") to where it is. A document the
+// parser refuses gives what was read before the error.
+func keyValues(data []byte) map[string]keyValue {
+	out := map[string]keyValue{}
+	var p unstable.Parser
+	p.Reset(data)
+	arrays := map[string]int{} // array table path -> how many headers so far
+	prefix, last := "", ""
+	for p.NextExpression() {
+		e := p.Expression()
+		if e.Kind != unstable.Table && e.Kind != unstable.ArrayTable && e.Kind != unstable.KeyValue {
+			continue
+		}
+		it := e.Key()
+		if !it.Next() {
+			continue
+		}
+		first := p.Shape(it.Node().Raw).Start
+		if kv, ok := out[last]; ok && last != "" {
+			kv.end = first.Offset - (first.Column - 1)
+			out[last] = kv
+		}
+		last = ""
+		path := keyOf(e.Key())
+		switch e.Kind {
+		case unstable.ArrayTable:
+			n := arrays[path]
+			arrays[path] = n + 1
+			prefix = fmt.Sprintf("%s[%d]", indexedPath(path, arrays), n)
+		case unstable.Table:
+			prefix = indexedPath(path, arrays)
+		case unstable.KeyValue:
+			last = join(prefix, path)
+			out[last] = keyValue{line: first.Line, col: first.Column, start: first.Offset, end: len(data)}
+		}
+	}
+	return out
+}
+
+// indexedPath writes the array tables that path passes through with the index
+// of their latest header: "table.columns.x" under the second [[table.columns]]
+// header is "table.columns[1].x".
+func indexedPath(path string, arrays map[string]int) string {
+	parts := strings.Split(path, ".")
+	out := ""
+	for i, part := range parts {
+		out = join(out, part)
+		if n, ok := arrays[strings.Join(parts[:i+1], ".")]; ok && i < len(parts)-1 {
+			out += fmt.Sprintf("[%d]", n-1)
+		}
+	}
+	return out
+}
+
+// keyOf joins the parts of a key with dots.
+func keyOf(it unstable.Iterator) string {
+	var parts []string
+	for it.Next() {
+		parts = append(parts, string(it.Node().Data))
+	}
+	return strings.Join(parts, ".")
+}
+
+// blankKeyValue returns a copy of data with the key = value that holds the
+// position line:col written over with spaces (its newlines kept, so every
+// other position stays), and false when no key = value holds it.
+func blankKeyValue(data []byte, kvs map[string]keyValue, line, col int) ([]byte, bool) {
+	off := offsetOf(data, line, col)
+	if off < 0 {
+		return nil, false
+	}
+	for _, kv := range kvs {
+		if off < kv.start || off >= kv.end {
+			continue
+		}
+		out := bytes.Clone(data)
+		for i := kv.start; i < kv.end; i++ {
+			if out[i] != '\n' {
+				out[i] = ' '
+			}
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// offsetOf is the byte offset of line:col (both from 1) in data, or -1.
+func offsetOf(data []byte, line, col int) int {
+	if line < 1 || col < 1 {
+		return -1
+	}
+	off := 0
+	for l := 1; l < line; l++ {
+		i := bytes.IndexByte(data[off:], '\n')
+		if i < 0 {
+			return -1
+		}
+		off += i + 1
+	}
+	if off+col-1 >= len(data) {
+		return -1
+	}
+	return off + col - 1
 }
 
 // given reports whether the document decoded into raw writes the dotted key
@@ -125,12 +324,9 @@ var mismatchRE = lazyRE(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
 func decodeError(err error, data []byte, file string) error {
 	var strict *toml.StrictMissingError
 	if errors.As(err, &strict) {
-		errs := make([]error, 0, len(strict.Errors))
-		for i := range strict.Errors {
-			e := &strict.Errors[i]
-			line, col := e.Position()
-			key := indexArrayTables(data, e.Key(), line)
-			errs = append(errs, fmt.Errorf("jobs: %s%s: unknown key", where(file, line, col), key))
+		var errs []error
+		for _, e := range strictErrors(strict, data, file) {
+			errs = append(errs, e.err)
 		}
 		return errors.Join(errs...)
 	}

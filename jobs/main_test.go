@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gear-rl/gear/internal/geartest"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -30,7 +31,9 @@ func TestMain(m *testing.M) {
 	case os.Getenv(envTestRank) == "1":
 		os.Exit(testRankMain())
 	}
+	removeState := geartest.PrivateStateHome()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeState()
 		gearrunCmds.Remove()
 		multinodeCmds.Remove()
 		os.Exit(code)

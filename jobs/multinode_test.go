@@ -128,6 +128,13 @@ func checkPlacement(t *testing.T, ranks []mnRank, perNode int) {
 // hierarchical AllReduce gives the right sums, ranks of one node share memory
 // and hold no TCP connection to one another, and each rank holds TCP
 // connections to the ranks of the other two nodes.
+// noticeBound is how long a job may take to notice a killed rank or a dead
+// node, end, and leave no rank process. On an idle machine it takes a few
+// heartbeats (seconds); a busy one, with other tests beside this one, can take
+// several times that. The bound still catches a job that waits for a timeout
+// instead (the rendezvous's, SLURM's), or that leaves its ranks running.
+const noticeBound = 30 * time.Second
+
 func TestMultiNodeAllReduce(t *testing.T) {
 	jobstest.RequireNodes(t, 3)
 	j := submit(t, multinodeSpec(t, "mn-allreduce", 2, "", "allreduce"))
@@ -354,11 +361,11 @@ func TestMultiNodeLostNode(t *testing.T) {
 	if state != "FAILED" {
 		t.Fatalf("state %s, want FAILED; log:\n%s", state, log)
 	}
-	if failedAt > 5*time.Second {
-		t.Errorf("the job took %v to end FAILED, want at most 5s", failedAt)
+	if failedAt > noticeBound {
+		t.Errorf("the job took %v to end FAILED, want at most %v", failedAt, noticeBound)
 	}
-	if goneAt == 0 || goneAt > 5*time.Second {
-		t.Errorf("rank processes left after 5s: %v (all gone after %v)", processesOf(bin), goneAt)
+	if goneAt == 0 || goneAt > noticeBound {
+		t.Errorf("rank processes left after %v: %v (all gone after %v)", noticeBound, processesOf(bin), goneAt)
 	}
 	for r, p := range procs {
 		if processAlive(p.pid) {
@@ -440,11 +447,11 @@ func TestMultiNodeDeadNode(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("gearrun ended after %v, no rank process left after %v", endedAt, goneAt)
-	if endedAt == 0 || endedAt > 5*time.Second {
-		t.Errorf("gearrun took %v to end, want at most 5s; log:\n%s", endedAt, log)
+	if endedAt == 0 || endedAt > noticeBound {
+		t.Errorf("gearrun took %v to end, want at most %v; log:\n%s", endedAt, noticeBound, log)
 	}
-	if goneAt == 0 || goneAt > 5*time.Second {
-		t.Errorf("rank processes left after 5s: %v", processesOf(bin))
+	if goneAt == 0 || goneAt > noticeBound {
+		t.Errorf("rank processes left after %v: %v", noticeBound, processesOf(bin))
 	}
 	m := regexp.MustCompile(`gearrun: job mn-dead failed: (.*)`).FindStringSubmatch(log)
 	if m == nil || !strings.Contains(m[1], " on "+victimNode+":") && !strings.Contains(m[1], " on "+victimNode+" ") {

@@ -2,9 +2,11 @@ package jobs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -391,7 +393,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong type", "[launch]\nnp = \"four\"\n", []string{"jobs: job.toml:2:", "launch.np: want int, got TOML string"}},
 		{"wrong type in group", "[[group]]\nrole = 3\n", []string{"jobs: job.toml:2:", "group.role: want string, got TOML integer"}},
 		{"bad duration", "[launch]\ntimeout = \"soon\"\n", []string{"jobs: job.toml:2:", "launch.timeout: want a duration such as"}},
-		{"integer duration", "[launch]\ngrace = 30\n", []string{"jobs: job.toml: launch.grace: want a duration string such as \"90s\", got 30"}},
+		{"integer duration", "[launch]\ngrace = 30\n", []string{"jobs: job.toml:2:1: launch.grace: want a duration string such as \"90s\", got 30"}},
 		{"syntax", "name = \n", []string{"jobs: job.toml:1:"}},
 		{"duplicate key", "name = \"a\"\nname = \"b\"\n", []string{"jobs: job.toml:2:1:", "already defined"}},
 	}
@@ -412,6 +414,93 @@ func TestDecodeErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDecodeErrorsAllAtOnce: a spec with several mistakes of different kinds
+// reports every one of them in one run, in the order of the document, each as
+// file:line:column: key.
+func TestDecodeErrorsAllAtOnce(t *testing.T) {
+	doc := `name = "x"
+[launch]
+np = "four"
+comand = ["a"]
+timeout = 30
+grace = "soon"
+restarts = "two"
+[[group]]
+role = "a"
+np = 1
+[[group]]
+role = 7
+np = 1
+[slurm]
+nodes = "many"
+partiton = "gpu"
+[table]
+checkpoint_every = 5
+capacity = [
+  1,
+]
+`
+	_, err := Parse([]byte(doc), "job.toml")
+	if err == nil {
+		t.Fatal("Parse accepted the document")
+	}
+	want := []string{
+		"jobs: job.toml:3:6: launch.np: want int, got TOML string",
+		"jobs: job.toml:5:1: launch.timeout: want a duration string such as \"90s\", got 30",
+		"jobs: job.toml:6:9: launch.grace: want a duration such as",
+		"jobs: job.toml:7:12: launch.restarts: want int, got TOML string",
+		"jobs: job.toml:12:8: group.role: want string, got TOML integer",
+		"jobs: job.toml:15:9: slurm.nodes: want int, got TOML string",
+		"jobs: job.toml:18:1: table.checkpoint_every: want a duration string such as \"90s\", got 5",
+		"jobs: job.toml:19:",
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, w := range want {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, w) }) {
+			t.Errorf("no error line starts with %q; got\n%s", w, err)
+		}
+	}
+	// The unknown keys are found once the values of the wrong type are out of
+	// the way.
+	for _, w := range []string{"jobs: job.toml:4:1: launch.comand: unknown key", "jobs: job.toml:16:1: slurm.partiton: unknown key"} {
+		if !slices.Contains(lines, w) {
+			t.Errorf("no error line %q; got\n%s", w, err)
+		}
+	}
+	if len(lines) != len(want)+2 {
+		t.Errorf("got %d error lines, want %d:\n%s", len(lines), len(want)+2, err)
+	}
+	// Each line names its place before its key, in the order of the document.
+	prev := 0
+	for _, l := range lines {
+		var line int
+		if _, err := fmt.Sscanf(strings.TrimPrefix(l, "jobs: job.toml:"), "%d:", &line); err != nil {
+			t.Errorf("error line %q does not start with jobs: job.toml:LINE:", l)
+			continue
+		}
+		if line < prev {
+			t.Errorf("error line %q comes after one for line %d", l, prev)
+		}
+		prev = line
+	}
+}
+
+// Without a file name, a decode error still starts with "jobs: " and names its
+// place by line and column.
+func TestDecodeErrorsWithoutFile(t *testing.T) {
+	_, err := Parse([]byte("[launch]\nnp = \"two\"\ngrace = 30\n"), "")
+	if err == nil {
+		t.Fatal("Parse accepted the document")
+	}
+	want := []string{
+		"jobs: line 2, column 6: launch.np: want int, got TOML string",
+		"jobs: line 3, column 1: launch.grace: want a duration string such as \"90s\", got 30",
+	}
+	if got := strings.Split(err.Error(), "\n"); !slices.Equal(got, want) {
+		t.Errorf("error\n%s\nwant\n%s", err, strings.Join(want, "\n"))
 	}
 }
 

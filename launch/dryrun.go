@@ -156,14 +156,35 @@ func (p *Plan) WriteJSON(w io.Writer) error {
 	m := p.Masked()
 	out := struct {
 		*Plan
-		Ranks []dryRank `json:"ranks"`
-	}{Plan: m}
+		// ChosenAtLaunch names the variables whose values the plan cannot
+		// know yet (the text form says "chosen at launch"), each with what
+		// gearrun puts there when the job starts.
+		ChosenAtLaunch map[string]string `json:"chosen_at_launch,omitempty"`
+		Ranks          []dryRank         `json:"ranks"`
+	}{Plan: m, ChosenAtLaunch: p.chosenAtLaunch()}
 	for i := range m.Ranks {
 		out.Ranks = append(out.Ranks, dryRank{RankSpec: m.Ranks[i], Environ: m.Environ(i, m.RdzvAddr)})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// chosenAtLaunch describes the values of the ranks' environment that Run
+// picks as the job starts: the coordinator's port when RdzvAddr ends in ":0",
+// and MASTER_PORT when the plan reserves none yet.
+func (p *Plan) chosenAtLaunch() map[string]string {
+	out := map[string]string{}
+	if strings.HasSuffix(p.RdzvAddr, ":0") {
+		out[rank.EnvRdzvAddr] = "port 0 stands for a free port the coordinator binds at launch"
+	}
+	if p.TorchEnv && p.MasterPort == 0 {
+		out[rank.EnvTorchMasterPort] = "a free port reserved on " + rank.EnvTorchMasterAddr + " at launch (absent here)"
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // shellWord quotes s for display when it holds characters a shell would treat

@@ -170,8 +170,11 @@ func runOnHosts(plan *launch.Plan, opts launch.Options, rem launch.Remote, s std
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	opts.Stdout, opts.Stderr, opts.Signals = s.out, s.err, sigs
+	job := startLocalJob(plan, "", opts.Verbose, s)
 	res, err := launch.RunOnHosts(context.Background(), plan, opts, rem)
-	return jobExitCode(s, res, err)
+	code := jobExitCode(s, res, err)
+	job.end(code)
+	return code
 }
 
 // agentCommand is `gearrun agent`, which gearrun starts on each host over

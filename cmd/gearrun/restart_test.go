@@ -27,7 +27,7 @@ const (
 	stragglerOut = "straggler.out"          // what the straggler's join got
 	gen1Joined   = "gen1"                   // generation 1 has assembled
 	shardName    = "store.elastic.shard.1"  // rank 1's segment, kept across restarts
-	waitFor      = 30 * time.Second         // bound on the helpers' waits
+	waitFor      = underLoad                // bound on the helpers' waits
 )
 
 // elasticHelper is a rank of a job with restarts: it joins, prints its
@@ -121,7 +121,7 @@ func straggler(dir string) int {
 			return 1
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	msg := "joined"
 	w, err := rank.Init(ctx)

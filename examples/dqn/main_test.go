@@ -10,11 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gear-rl/gear/internal/geartest"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { bins.Remove() }))
+	removeState := geartest.PrivateStateHome()
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeState(); bins.Remove() }))
 }
 
 // The CI run: --quick must lift the mean return over 20 episodes from a random

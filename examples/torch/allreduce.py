@@ -1,7 +1,7 @@
 """An allreduce and a barrier with torch.distributed, under gearrun.
 
-    gearrun -np 3 python3 examples/torch/allreduce.py
-    gearrun -np 1 --bind gpu python3 examples/torch/allreduce.py --backend nccl
+    gearrun -np 3 examples/torch/python examples/torch/allreduce.py
+    gearrun -np 1 --bind gpu examples/torch/python examples/torch/allreduce.py --backend nccl
 
 gearrun gives every rank torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
 MASTER_ADDR, MASTER_PORT, ...), so init_process_group() runs with its default

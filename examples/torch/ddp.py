@@ -1,6 +1,6 @@
 """A few steps of DistributedDataParallel training, under gearrun.
 
-    gearrun -np 3 python3 examples/torch/ddp.py
+    gearrun -np 3 examples/torch/python examples/torch/ddp.py
     gearrun run examples/jobs/torch-ddp.toml
 
 Every rank builds the same small regression model from a different seed, so

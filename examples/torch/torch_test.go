@@ -26,7 +26,9 @@ import (
 var bins = geartest.NewCommands("github.com/gear-rl/gear/cmd/gearrun")
 
 func TestMain(m *testing.M) {
+	removeState := geartest.PrivateStateHome()
 	code := m.Run()
+	removeState()
 	bins.Remove()
 	os.Exit(code)
 }
@@ -135,18 +137,87 @@ func checkDDP(t *testing.T, out string, np int) {
 	}
 }
 
+// The README's commands, as written: the ranks start through
+// examples/torch/python, which finds the interpreter as python does (here
+// told by GEAR_PYTHON, which the ranks inherit).
 func TestTorchUnderGearrun(t *testing.T) {
-	py := python(t)
-	out, code := gearrun(t, "-np", "3", py, "examples/torch/allreduce.py")
+	t.Setenv("GEAR_PYTHON", python(t))
+	out, code := gearrun(t, "-np", "3", "examples/torch/python", "examples/torch/allreduce.py")
 	if code != 0 {
-		t.Fatalf("gearrun -np 3 allreduce.py: exit %d\n%s", code, out)
+		t.Fatalf("gearrun -np 3 examples/torch/python allreduce.py: exit %d\n%s", code, out)
 	}
 	checkAllReduce(t, out, 3)
-	out, code = gearrun(t, "-np", "3", py, "examples/torch/ddp.py")
+	out, code = gearrun(t, "-np", "3", "examples/torch/python", "examples/torch/ddp.py")
 	if code != 0 {
-		t.Fatalf("gearrun -np 3 ddp.py: exit %d\n%s", code, out)
+		t.Fatalf("gearrun -np 3 examples/torch/python ddp.py: exit %d\n%s", code, out)
 	}
 	checkDDP(t, out, 3)
+}
+
+// examples/torch/python takes $GEAR_PYTHON, then python3 on PATH, then
+// /usr/bin/python3, the first that has torch; with none it names what it tried
+// and what to set, and exits 127. Fake interpreters stand in for real ones, so
+// this runs without torch.
+func TestTorchPythonFinder(t *testing.T) {
+	dir := t.TempDir()
+	// fake writes an interpreter that has torch (the probe exits 0) or not,
+	// and otherwise prints its name and arguments.
+	fake := func(name string, torch bool) string {
+		probe := "exit 1"
+		if torch {
+			probe = "exit 0"
+		}
+		path := filepath.Join(dir, name)
+		script := "#!/bin/sh\nif [ \"$1\" = -c ]; then " + probe + "; fi\necho " + name + " \"$@\"\n"
+		if err := os.WriteFile(path, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	withTorch, without := fake("gear-python", true), fake("no-torch", false)
+	bin := filepath.Join(dir, "bin")
+	os.Mkdir(bin, 0o755)
+	finder, err := filepath.Abs(filepath.Join(root, "examples/torch/python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runFinder := func(script string, env ...string) (string, string, int) {
+		cmd := exec.Command("/bin/sh", script, "train.py", "--steps", "2")
+		cmd.Env = append([]string{"PATH=" + bin}, env...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+	if out, errs, code := runFinder(finder, "GEAR_PYTHON="+withTorch); code != 0 || out != "gear-python train.py --steps 2\n" {
+		t.Errorf("GEAR_PYTHON with torch: exit %d, %q %q; want it run", code, out, errs)
+	}
+	// GEAR_PYTHON without torch: python3 on PATH is next.
+	os.Symlink(withTorch, filepath.Join(bin, "python3"))
+	if out, errs, code := runFinder(finder, "GEAR_PYTHON="+without); code != 0 || out != "gear-python train.py --steps 2\n" {
+		t.Errorf("GEAR_PYTHON without torch, python3 with: exit %d, %q %q; want python3 run", code, out, errs)
+	}
+	// None has torch: the same script with a /usr/bin/python3 that is not
+	// there, as on a machine without one.
+	os.Remove(filepath.Join(bin, "python3"))
+	os.Symlink(without, filepath.Join(bin, "python3"))
+	b, err := os.ReadFile(finder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSystem := filepath.Join(dir, "python-finder")
+	os.WriteFile(noSystem, []byte(strings.ReplaceAll(string(b), "/usr/bin/python3", filepath.Join(dir, "absent", "python3"))), 0o755)
+	out, errs, code := runFinder(noSystem, "GEAR_PYTHON="+without)
+	if code != 127 || out != "" || !strings.Contains(errs, "no Python with torch") || !strings.Contains(errs, "set GEAR_PYTHON") ||
+		!strings.Contains(errs, without+" (no torch)") || !strings.Contains(errs, "python3 (no torch)") || !strings.Contains(errs, "absent/python3 (not found)") {
+		t.Errorf("no Python with torch: exit %d, %q %q; want 127 and what was tried and what to set", code, out, errs)
+	}
 }
 
 // Without torchrun's variables, torch's env:// init has nothing to read: the
@@ -168,9 +239,9 @@ func torchSpecs(t *testing.T, py string) (ddp, allreduce string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := strings.Replace(string(b), `command = ["python3", `, fmt.Sprintf(`command = [%q, `, py), 1)
+	doc := strings.Replace(string(b), `command = ["examples/torch/python", `, fmt.Sprintf(`command = [%q, `, py), 1)
 	if doc == string(b) {
-		t.Fatal("examples/jobs/torch-ddp.toml: no python3 command to replace")
+		t.Fatal("examples/jobs/torch-ddp.toml: no examples/torch/python command to replace")
 	}
 	ddp = jobstest.WriteSpec(t, doc)
 	allreduce = jobstest.WriteSpec(t, fmt.Sprintf(`name = "torch-allreduce"
@@ -186,17 +257,20 @@ extra = ["--overcommit"]
 }
 
 func TestTorchFromJobSpec(t *testing.T) {
-	ddp, allreduce := torchSpecs(t, python(t))
-	out, code := gearrun(t, "run", allreduce)
-	if code != 0 {
-		t.Fatalf("gearrun run (allreduce): exit %d\n%s", code, out)
-	}
-	checkAllReduce(t, out, 3)
-	out, code = gearrun(t, "run", ddp)
+	py := python(t)
+	// examples/jobs/torch-ddp.toml as shipped, as the README runs it.
+	t.Setenv("GEAR_PYTHON", py)
+	out, code := gearrun(t, "run", "examples/jobs/torch-ddp.toml")
 	if code != 0 {
 		t.Fatalf("gearrun run examples/jobs/torch-ddp.toml: exit %d\n%s", code, out)
 	}
 	checkDDP(t, out, 3)
+	_, allreduce := torchSpecs(t, py)
+	out, code = gearrun(t, "run", allreduce)
+	if code != 0 {
+		t.Fatalf("gearrun run (allreduce): exit %d\n%s", code, out)
+	}
+	checkAllReduce(t, out, 3)
 }
 
 func TestTorchSlurm(t *testing.T) {
