@@ -52,6 +52,8 @@ var readmeCommands = map[string]string{
 	"bin/gearrun gmi plan -np 6 --gmi-per-gpu 3 --topology examples/topologies/a100-2x.toml": "here",
 	"go build -o bin/gearbench ./cmd/gearbench":                                              "needs: nothing, but it writes bin/ of the checkout; the gearbench tests build it into a directory of their own",
 	"bin/gearrun -np 2 bin/gearbench allreduce --sizes 8,1K,64K,1M,16M,64M":                  "test cmd/gearbench/bench_collective_test.go TestBenchCollectivesThreeRanks: gearbench's collectives in three rank processes as gearrun starts them (launchtest.RunRanks), with small sizes",
+	"make python": "needs: gcc for cgo; make test runs it before the Python tests (python-test depends on it)",
+	"go run ./cmd/gearrun run examples/jobs/dqn-torch.toml": "needs: minutes of training; python/tests/test_dqn.py runs the same spec with GEAR_DQN=1 or GEAR_REQUIRE_PYTHON=1 (CI)",
 	"bin/gearbench store":        "needs: minutes of an otherwise idle machine (2m22s on 2 busy cores) and a few hundred MB of /dev/shm and disk: a benchmark (docs/benchmarks.md) that no test runs",
 	"bench/peers/allreduce.sh":   "needs: Open MPI (the script installs it with apt-get: root and Debian's mirror)",
 	"bench/peers/launch_time.sh": "needs: Open MPI (the script installs it with apt-get: root and Debian's mirror)",

@@ -21,7 +21,7 @@ def test_dqn_example_solves(tmp_path):
         pytest.skip("no go on PATH to build gearrun")
     gearrun = tmp_path / "gearrun"
     subprocess.run([go, "build", "-o", str(gearrun), "./cmd/gearrun"], cwd=ROOT, check=True, timeout=900)
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env = dict(os.environ, GEAR_PYTHON=sys.executable)
     p = subprocess.run([str(gearrun), "run", "examples/jobs/dqn-torch.toml"], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
