@@ -66,7 +66,12 @@ func (j *job) writeTrace() {
 	if j.opts.Trace == "" {
 		return
 	}
-	n, err := WriteTrace(j.opts.Trace, j.opts.ShmDir, j.plan.JobID)
+	j.writeTraceFrom(j.opts.ShmDir)
+}
+
+// writeTraceFrom writes the job's trace from the metrics segments in dir.
+func (j *job) writeTraceFrom(dir string) {
+	n, err := WriteTrace(j.opts.Trace, dir, j.plan.JobID)
 	if err != nil {
 		j.stderr.write([]byte(fmt.Sprintf("%s: %s\n", j.opts.Name, strings.TrimPrefix(err.Error(), "launch: "))))
 		return
