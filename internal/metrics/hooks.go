@@ -76,20 +76,30 @@ func (m *Comm) Start(name string, op Op) Call {
 	if r == nil || op >= NumOps {
 		return Call{}
 	}
+	if m.r != r || m.s == nil {
+		return m.startSlow(r, name, op)
+	}
+	o := &m.s.ops[op]
+	n := o.calls + 1
+	o.calls = n
+	c := Call{o: o, r: r, slot: m.slot, op: op}
+	if n%sampleEvery == 1 || r.tracing {
+		c.start = nanotime()
+	}
+	return c
+}
+
+// startSlow is Start for a communicator's first call on r, and for one
+// without a slot of its own (the rank's shared counters).
+func (m *Comm) startSlow(r *Rank, name string, op Op) Call {
 	if m.r != r {
 		m.attach(r, name)
 	}
-	var n uint64
-	c := Call{r: r, slot: m.slot, op: op}
 	if m.s != nil {
-		c.o = &m.s.ops[op]
-		n = c.o.calls + 1
-		c.o.calls = n
-	} else {
-		c.o, c.shared = &r.ops[op].counters, true
-		n = atomic.AddUint64(&c.o.calls, 1)
+		return m.Start(name, op)
 	}
-	if r.tracing || n%sampleEvery == 1 {
+	c := Call{o: &r.ops[op].counters, r: r, slot: m.slot, op: op, shared: true}
+	if n := atomic.AddUint64(&c.o.calls, 1); n%sampleEvery == 1 || r.tracing {
 		c.start = nanotime()
 	}
 	return c
@@ -119,6 +129,16 @@ func (c Call) End(seq uint64, bytes int) {
 	if o == nil {
 		return
 	}
+	if c.shared || c.start != 0 {
+		c.endSlow(seq, bytes)
+		return
+	}
+	o.bytes += uint64(bytes)
+}
+
+// endSlow is End for a timed call or one on the shared counters.
+func (c Call) endSlow(seq uint64, bytes int) {
+	o := c.o
 	if c.shared {
 		atomic.AddUint64(&o.bytes, uint64(bytes))
 	} else {
