@@ -24,11 +24,11 @@ func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpAllReduce)
 	x, err := c.begin(ctx, header{kind: kindAllReduce, dtype: dtypeOf[T](), op: op, count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpAllReduce)
 	return c.end(x, c.observe(m, x, c.allReduce(x, asBytes(buf))))
 }
 
@@ -38,11 +38,11 @@ func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) er
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpReduce)
 	x, err := c.begin(ctx, header{kind: kindReduce, dtype: dtypeOf[T](), op: op, root: uint32(root), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpReduce)
 	return c.end(x, c.observe(m, x, c.reduce(x, asBytes(buf), root)))
 }
 
@@ -51,11 +51,11 @@ func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpBroadcast)
 	x, err := c.begin(ctx, header{kind: kindBroadcast, dtype: dtypeOf[T](), root: uint32(root), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpBroadcast)
 	return c.end(x, c.observe(m, x, c.broadcast(x, asBytes(buf), root)))
 }
 
@@ -66,11 +66,11 @@ func AllGather[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpAllGather)
 	x, err := c.begin(ctx, header{kind: kindAllGather, dtype: dtypeOf[T](), count: uint64(len(send))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpAllGather)
 	return c.end(x, c.observe(m, x, c.allGather(x, asBytes(send), asBytes(recv))))
 }
 
@@ -80,11 +80,11 @@ func Gather[T Elem](ctx context.Context, c *Comm, send, recv []T, root int) erro
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpGather)
 	x, err := c.begin(ctx, header{kind: kindGather, dtype: dtypeOf[T](), root: uint32(root), count: uint64(len(send))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpGather)
 	return c.end(x, c.observe(m, x, c.gather(x, asBytes(send), asBytes(recv), root)))
 }
 
@@ -94,11 +94,11 @@ func Scatter[T Elem](ctx context.Context, c *Comm, send, recv []T, root int) err
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpScatter)
 	x, err := c.begin(ctx, header{kind: kindScatter, dtype: dtypeOf[T](), root: uint32(root), count: uint64(len(recv))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpScatter)
 	return c.end(x, c.observe(m, x, c.scatter(x, asBytes(send), asBytes(recv), root)))
 }
 
@@ -108,11 +108,11 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpReduceScatter)
 	x, err := c.begin(ctx, header{kind: kindReduceScatter, dtype: dtypeOf[T](), op: op, count: uint64(len(recv))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpReduceScatter)
 	return c.end(x, c.observe(m, x, c.reduceScatter(x, asBytes(send), asBytes(recv))))
 }
 
@@ -123,11 +123,11 @@ func AllToAll[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
 	if c == nil {
 		return errNilComm
 	}
-	m := metrics.StartCall(metrics.OpAllToAll)
 	x, err := c.begin(ctx, header{kind: kindAllToAll, dtype: dtypeOf[T](), count: uint64(len(send))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpAllToAll)
 	return c.end(x, c.observe(m, x, c.allToAll(x, asBytes(send), asBytes(recv))))
 }
 
@@ -141,11 +141,11 @@ func Send[T Elem](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 	if tag < 0 {
 		return errors.New("collective: Send: negative tag")
 	}
-	m := metrics.StartCall(metrics.OpSend)
 	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: dtypeOf[T](), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpSend)
 	return c.end(x, c.observe(m, x, c.sendP2P(x, asBytes(buf), dst)))
 }
 
@@ -158,11 +158,11 @@ func Recv[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	if tag < 0 {
 		return errors.New("collective: Recv: negative tag")
 	}
-	m := metrics.StartCall(metrics.OpRecv)
 	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: dtypeOf[T](), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpRecv)
 	return c.end(x, c.observe(m, x, c.recvP2P(x, asBytes(buf), src)))
 }
 
@@ -188,10 +188,10 @@ func SendRecv(ctx context.Context, c *Comm, send, recv [][]byte, peer, tag int) 
 	for _, b := range send {
 		total += len(b)
 	}
-	m := metrics.StartCall(metrics.OpSendRecv)
 	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: Bytes, count: uint64(total)})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpSendRecv)
 	return c.end(x, c.observe(m, x, c.sendRecvP2P(x, peer, send, recv)))
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gear-rl/gear/internal/metrics"
 	"github.com/gear-rl/gear/internal/shmname"
 )
 
@@ -64,6 +65,7 @@ type Comm struct {
 	sig   *signals
 
 	opMu   sync.Mutex
+	met    metrics.Comm // the calls' counters (collective/metrics.go), written under opMu
 	seq    uint64
 	splits uint64
 	x      call

@@ -2,12 +2,16 @@ package collective
 
 import "github.com/gear-rl/gear/internal/metrics"
 
-// observe ends call x's metrics, started by metrics.StartCall before begin,
-// and passes the call's error on. The public calls wrap their algorithm's
-// result in it: return c.end(x, c.observe(m, x, algorithm(...))). Without a
-// published metrics segment it is a nil check; with one, an atomic add (see
-// package metrics).
+// startCall counts a call of op in the communicator's metrics (c.met). The
+// public calls make it right after begin, under c.opMu, which makes the
+// call the counters' one writer (see metrics.Comm); without a published
+// metrics segment it is a nil check.
+func (c *Comm) startCall(op metrics.Op) metrics.Call { return c.met.Start(c.id, op) }
+
+// observe ends call x's metrics, started by startCall after begin, and
+// passes the call's error on. The public calls wrap their algorithm's
+// result in it: return c.end(x, c.observe(m, x, algorithm(...))).
 func (c *Comm) observe(m metrics.Call, x *call, err error) error {
-	m.End(c.id, x.h.seq, int(x.h.count)*x.es)
+	m.End(x.h.seq, int(x.h.count)*x.es)
 	return err
 }

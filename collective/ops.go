@@ -270,11 +270,11 @@ func (c *Comm) allToAll(x *call, send, recv []byte) error {
 
 // Barrier returns once every rank of the communicator has called it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	m := metrics.StartCall(metrics.OpBarrier)
 	x, err := c.begin(ctx, header{kind: kindBarrier, dtype: Bytes})
 	if err != nil {
 		return err
 	}
+	m := c.startCall(metrics.OpBarrier)
 	return c.end(x, c.observe(m, x, c.barrier(x)))
 }
 

@@ -84,6 +84,6 @@ func testRankMain() int {
 		fmt.Fprintln(os.Stderr, "spec:", err)
 		return 1
 	}
-	fmt.Printf("rank %d/%d role %q %d/%d spec %s\n", w.Rank(), w.Size(), w.Role(), w.RoleRank(), w.RoleSize(), spec.Name)
+	fmt.Printf("rank %d/%d role %q %d/%d spec %s job %s\n", w.Rank(), w.Size(), w.Role(), w.RoleRank(), w.RoleSize(), spec.Name, w.JobID())
 	return 0
 }

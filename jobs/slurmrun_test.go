@@ -160,6 +160,18 @@ command = ["`+os.Args[0]+`"]
 	if !strings.Contains(res.Message, "completed") {
 		t.Errorf("message %q", res.Message)
 	}
+	// The ranks made metrics segments (rank.Init); no launcher lives on a
+	// SLURM node to remove them, so their tasks do.
+	m := regexp.MustCompile(`spec mpmd-test job (\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no job ID in the output:\n%s", out)
+	}
+	if left, _ := filepath.Glob(filepath.Join("/dev/shm", rank.SegmentName(m[1], "*"))); len(left) != 0 {
+		for _, p := range left {
+			os.Remove(p) // no litter from this test's failure
+		}
+		t.Errorf("segments of the job left in /dev/shm: %v", left)
+	}
 }
 
 func TestSlurmRunFailingRank(t *testing.T) {

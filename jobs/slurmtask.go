@@ -11,11 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/gear-rl/gear/internal/clock"
+	"github.com/gear-rl/gear/internal/metrics"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -123,6 +125,7 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	ended := t.now()
 	// Whatever the command left in its process group goes with it.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	removeRankMetrics(env, info)
 	if err == nil {
 		return 0, nil
 	}
@@ -263,4 +266,24 @@ func taskTorchEnv(info rank.Info, s *Spec, lookup func(string) (string, bool)) (
 	t, err := rank.TorchEnvOf(info, roleSize, net.JoinHostPort(addr, port))
 	t.RestartCount, t.MaxRestarts = info.Restart, s.Launch.Restarts
 	return t, err
+}
+
+// removeRankMetrics removes the metrics segments that the rank of info made
+// on this node in its generation (rank.Init makes one; no launcher lives on
+// a SLURM node to remove it, and a SLURM job's figures are read only while
+// it runs). The directory is the rank's rank.EnvMetricsDir in env, else
+// /dev/shm.
+func removeRankMetrics(env []string, info rank.Info) {
+	dir := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, rank.EnvMetricsDir+"="); ok {
+			dir = v
+		}
+	}
+	segs, _ := metrics.Segments(dir, info.JobID)
+	for _, sg := range segs {
+		if sg.Rank == info.Rank && sg.Gen == info.Restart {
+			_ = os.Remove(sg.Path)
+		}
+	}
 }

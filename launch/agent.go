@@ -47,6 +47,8 @@ const (
 	frameExited  = 'x' // the rank ended; payload: agentExit as JSON
 	frameFailed  = 'f' // the agent could not go on; payload: agentExit as JSON
 	frameDone    = 'd' // every rank ended and its output was sent
+	frameMetrics = 'm' // the ranks' figures; payload: hostFigures as JSON
+	frameSegment = 'g' // a chunk of a metrics segment for the trace: name, '\n', offset (uint64), bytes
 )
 
 // maxFrame bounds a frame's payload (a pump writes at most a few lines of up
@@ -353,8 +355,12 @@ func (a *agent) run(ctx context.Context) error {
 	lastHeard := time.Now()
 	watch := time.NewTicker(agentPing / 2)
 	defer watch.Stop()
+	figures := time.NewTicker(agentMetricsEvery)
+	defer figures.Stop()
 	for running > 0 {
 		select {
+		case <-figures.C:
+			a.sendFigures()
 		case <-heard:
 			lastHeard = time.Now()
 		case <-watch.C:
@@ -383,6 +389,8 @@ func (a *agent) run(ctx context.Context) error {
 	a.signalAll(syscall.SIGKILL)
 	a.drain()
 	if !lost {
+		a.sendFigures()
+		a.sendTrace()
 		a.out.send(frameDone, -1, nil)
 	}
 	if !lost && startErr == nil {

@@ -11,12 +11,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/gear-rl/gear/internal/metrics"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -58,9 +60,12 @@ type Remote struct {
 // each agent removes its host's collective and role-channel segments of the
 // dead world and keeps the job's others (RemoveGenerationSegments).
 //
-// Options.Stdin,
-// RuntimeDir, ShmDir, Limits and BaseEnv concern this machine and are unused:
-// the ranks read /dev/null and inherit their agent's environment.
+// Options.Stdin, ShmDir, Limits and BaseEnv concern this machine and are
+// unused: the ranks read /dev/null and inherit their agent's environment.
+// RuntimeDir holds the file of the ranks' figures, which the agents send
+// (LiveMetricsPath, read by gearrun top), and Trace is merged from copies of
+// the ranks' metrics segments that the agents send at the end of each
+// generation.
 func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result, error) {
 	if p == nil || len(p.Hosts) == 0 {
 		return nil, errors.New("launch: the plan names no hosts (Plan.PlaceOnHosts)")
@@ -79,12 +84,29 @@ func RunOnHosts(ctx context.Context, p *Plan, opts Options, rem Remote) (*Result
 		rem.Dir, _ = os.Getwd()
 	}
 	hj := &hostJob{job: j, rem: rem}
+	if opts.Trace != "" {
+		events := opts.TraceEvents
+		if events <= 0 {
+			events = DefaultTraceEvents
+		}
+		hj.plan.Env = append(slices.Clone(hj.plan.Env), rank.EnvTraceEvents+"="+strconv.Itoa(min(events, metrics.MaxTraceEvents)))
+	}
+	if hj.live, err = newHostMetrics(opts.RuntimeDir, p.JobID, opts.Trace != ""); err != nil {
+		return nil, err
+	}
+	defer hj.live.close()
+	defer func() {
+		if opts.Trace != "" {
+			hj.writeTraceFrom(hj.live.traceDir)
+		}
+	}()
 	return hj.run(ctx)
 }
 
 type hostJob struct {
 	*job
 	rem    Remote
+	live   *hostMetrics // the agents' figures and trace segments
 	hosts  []*hostConn
 	events chan hostEvent
 	// sinks[r] are rank r's stdout and stderr pumps.
@@ -532,6 +554,14 @@ func (hj *hostJob) read(h *hostConn, r *bufio.Reader) error {
 				s = 1
 			}
 			hj.sinks[rnk][s].emit(data, true)
+		case frameMetrics:
+			if err := hj.live.figures(h.index, data); err != nil {
+				hj.log.Debug("launch: figures of a host", "host", h.name, "err", err)
+			}
+		case frameSegment:
+			if err := hj.live.segment(data); err != nil {
+				return fmt.Errorf("launch: host %s: %w", h.name, err)
+			}
 		case frameStarted, frameExited, frameFailed, frameDone:
 			hj.events <- hostEvent{host: h.index, kind: kind, rank: rnk, data: append([]byte(nil), data...)}
 		default:
@@ -681,6 +711,7 @@ func (hj *hostJob) event(ev hostEvent) {
 		h.done = true
 	case hostEnded:
 		h.ended = true
+		hj.live.hostGone(h.index)
 		if !h.done {
 			hj.hostLost(h, ev.err)
 		}

@@ -217,7 +217,7 @@ func newJob(p *Plan, opts Options) (*job, error) {
 	if opts.BaseEnv == nil {
 		opts.BaseEnv = os.Environ()
 	}
-	opts.BaseEnv = traceEnv(opts.BaseEnv, opts.Trace, opts.TraceEvents)
+	opts.BaseEnv = metricsEnv(opts.BaseEnv, opts.ShmDir, opts.Trace, opts.TraceEvents)
 	n := len(p.Ranks)
 	p = p.copy() // Run fills in the master port
 	j := &job{

@@ -16,13 +16,18 @@ import (
 // when Options.TraceEvents is 0: about 48 bytes each.
 const DefaultTraceEvents = 1 << 16
 
-// traceEnv returns env with rank.EnvTraceEvents set for a job with a trace
-// (file not empty), and without it otherwise, so that a launcher's own
-// setting does not reach the ranks of a job that asked for none.
-func traceEnv(env []string, file string, events int) []string {
+// metricsEnv returns env with rank.EnvMetricsDir set to shmDir, where the
+// launcher reads and removes the ranks' metrics segments, and
+// rank.EnvTraceEvents set for a job with a trace (file not empty), and
+// without it otherwise, so that a launcher's own settings do not reach the
+// ranks.
+func metricsEnv(env []string, shmDir, file string, events int) []string {
 	env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
-		return strings.HasPrefix(kv, rank.EnvTraceEvents+"=")
+		return strings.HasPrefix(kv, rank.EnvTraceEvents+"=") || strings.HasPrefix(kv, rank.EnvMetricsDir+"=")
 	})
+	if shmDir != "" {
+		env = append(env, rank.EnvMetricsDir+"="+shmDir)
+	}
 	if file == "" {
 		return env
 	}
@@ -61,7 +66,12 @@ func (j *job) writeTrace() {
 	if j.opts.Trace == "" {
 		return
 	}
-	n, err := WriteTrace(j.opts.Trace, j.opts.ShmDir, j.plan.JobID)
+	j.writeTraceFrom(j.opts.ShmDir)
+}
+
+// writeTraceFrom writes the job's trace from the metrics segments in dir.
+func (j *job) writeTraceFrom(dir string) {
+	n, err := WriteTrace(j.opts.Trace, dir, j.plan.JobID)
 	if err != nil {
 		j.stderr.write([]byte(fmt.Sprintf("%s: %s\n", j.opts.Name, strings.TrimPrefix(err.Error(), "launch: "))))
 		return

@@ -93,6 +93,11 @@ const (
 	// the job's trace (gearrun --trace, a job spec's launch.trace); unset or
 	// 0: none. The launcher sets it for every rank when asked.
 	EnvTraceEvents = "GEAR_TRACE_EVENTS"
+	// EnvMetricsDir is the directory in which a rank makes its metrics
+	// segment: the launcher's shared-memory directory (gearrun --shm-dir),
+	// where the launcher reads and removes the job's segments; unset: /dev/shm.
+	// The launcher sets it for every rank.
+	EnvMetricsDir = "GEAR_METRICS_DIR"
 	// EnvTestRank is set by package launchtest when it re-executes a test binary
 	// as a rank: it names the test whose rank function the process runs.
 	EnvTestRank = "GEAR_TEST_RANK"

@@ -16,6 +16,8 @@ import (
 
 	"github.com/gear-rl/gear/internal/metrics"
 	"github.com/gear-rl/gear/internal/shmname"
+	"github.com/gear-rl/gear/launch"
+	"github.com/gear-rl/gear/rank"
 	"github.com/gear-rl/gear/store"
 )
 
@@ -138,13 +140,21 @@ func topJob(shmDir, job string) (string, error) {
 			return "", err
 		}
 		if len(segs) == 0 {
-			return "", fmt.Errorf("job %s has no metrics on this machine (gearrun top reads %s; for a job on other hosts, run it there)", job, shmDir)
+			if _, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job); err == nil {
+				return job, nil
+			}
+			return "", fmt.Errorf("job %s has no metrics on this machine (gearrun top reads %s, and the figures that the launcher of a job on hosts keeps in %s; run it on the launcher's machine)", job, shmDir, rank.RuntimeDir())
 		}
 		return job, nil
 	}
 	jobs, err := metrics.RunningJobs(shmDir)
 	if err != nil {
 		return "", err
+	}
+	for _, j := range launch.LiveJobs(rank.RuntimeDir()) {
+		if !slices.Contains(jobs, j) {
+			jobs = append(jobs, j)
+		}
 	}
 	switch len(jobs) {
 	case 0:
@@ -170,6 +180,19 @@ func readJob(shmDir, job string) (jobRead, error) {
 	snaps, err := metrics.Job(shmDir, job)
 	if err != nil {
 		return jobRead{}, err
+	}
+	if len(snaps) == 0 {
+		// A job on hosts: the figures its launcher keeps on this machine.
+		if lm, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job); err == nil {
+			r := jobRead{at: time.Now(), ranks: lm.Ranks, shards: lm.Shards, errs: lm.ShardErrors}
+			if r.shards == nil {
+				r.shards = map[string]store.Census{}
+			}
+			if r.errs == nil {
+				r.errs = map[string]string{}
+			}
+			return r, nil
+		}
 	}
 	r := jobRead{at: time.Now(), ranks: snaps, shards: map[string]store.Census{}, errs: map[string]string{}}
 	for _, s := range snaps {

@@ -10,12 +10,17 @@
 //  1. Open makes the rank's segment (rank.Init does it for every rank that
 //     gearrun or SLURM started; a program alone has none), and Publish makes
 //     it the process's current segment, which the hooks find with Current.
-//  2. The hooks count: collective's public calls through StartCall and
-//     Call.End, sample's tables through Rank.Table and the *Table methods.
-//     With no segment published every hook is a nil check; with one, a
-//     collective call costs two atomic adds, and one call in sixteen of each
-//     kind is timed (Snapshot scales the time to every call). A table's
-//     counters are plain stores made under the table's own lock.
+//  2. The hooks count: collective's public calls through Comm.Start (each
+//     communicator keeps a Comm) and Call.End, sample's tables through
+//     Rank.Table and the *Table methods. With no segment published every
+//     hook is a nil check; with one, a collective call updates its
+//     communicator's counters, which have one writer (the communicator's
+//     calls, one at a time), with plain loads and stores: no locked
+//     instruction. One call in 64 of each operation on each communicator is
+//     timed (Snapshot scales the time to every call). A rank's first
+//     maxComms communicators get their own counters, later ones share the
+//     rank's (atomic adds). A table's counters are plain stores made under
+//     the table's own lock.
 //  3. With a trace (Open's traceEvents > 0), every hooked call also leaves an
 //     event in a ring of the last traceEvents events; WriteTrace merges the
 //     rings of a job's ranks into one Chrome trace-event file.

@@ -1,6 +1,6 @@
 package metrics
 
-import "hash/maphash"
+import "sync/atomic"
 
 // Op is a collective operation, as the hooks count it.
 type Op uint8
@@ -41,71 +41,123 @@ const (
 	evSampleWait             // a sample blocked by the rate limiter
 )
 
-// Call is a collective call in progress, from StartCall to End. The zero Call
-// (no segment published) does nothing.
-type Call struct {
-	r     *Rank
-	op    Op
-	start int64 // nanotime; 0: not timed
+// Comm is one communicator's counters in its rank's segment. The
+// communicator keeps it (its zero value is ready) and passes it to Start
+// from each of its calls, one call at a time (its calls hold the
+// communicator's lock): its counters have that one writer, which updates them
+// with plain loads and stores, no locked instruction; readers load them
+// atomically from their own mapping. A rank's first maxComms communicators
+// get a slot each; the later ones share the rank's counters, which they
+// update with atomic adds.
+type Comm struct {
+	r    *Rank     // the segment that s is in; nil: none yet
+	s    *commSlot // nil: no slot free: r.ops, shared
+	slot uint16    // s's index, maxComms for none
 }
 
-// StartCall counts a call of op; the caller ends it with End. It allocates
-// nothing: one atomic add, and for a timed call one clock read.
-func StartCall(op Op) Call {
+// Call is a collective call in progress, from Comm.Start to End. The zero
+// Call (no segment published) does nothing.
+type Call struct {
+	o      *counters // nil: not counted
+	r      *Rank
+	start  int64 // nanotime; 0: not timed
+	slot   uint16
+	op     Op
+	shared bool // o is the rank's shared counters: atomic adds
+}
+
+// Start counts a call of op on the communicator called name; the caller
+// ends it with End. It allocates nothing and makes no locked instruction
+// (but on the shared counters of a rank's communicators past its first
+// maxComms); one call in sampleEvery of each operation, and every call with
+// a trace, also reads the clock.
+func (m *Comm) Start(name string, op Op) Call {
 	r := current.Load()
-	if r == nil {
+	if r == nil || op >= NumOps {
 		return Call{}
 	}
-	c := Call{r: r, op: op}
-	if n := r.ops[op].calls.Add(1); r.tracing || n%sampleEvery == 1 {
+	if m.r != r || m.s == nil {
+		return m.startSlow(r, name, op)
+	}
+	o := &m.s.ops[op]
+	n := o.calls + 1
+	o.calls = n
+	c := Call{o: o, r: r, slot: m.slot, op: op}
+	if n%sampleEvery == 1 || r.tracing {
 		c.start = nanotime()
 	}
 	return c
 }
 
-// End adds the call's bytes (its buffer's size on this rank) and, for a
-// timed call, its time; with a trace it leaves the call's event, naming the
-// communicator comm and the call's sequence number seq (the tag for send and
-// receive).
-func (c Call) End(comm string, seq uint64, bytes int) {
-	if c.r == nil {
+// startSlow is Start for a communicator's first call on r, and for one
+// without a slot of its own (the rank's shared counters).
+func (m *Comm) startSlow(r *Rank, name string, op Op) Call {
+	if m.r != r {
+		m.attach(r, name)
+	}
+	if m.s != nil {
+		return m.Start(name, op)
+	}
+	c := Call{o: &r.ops[op].counters, r: r, slot: m.slot, op: op, shared: true}
+	if n := atomic.AddUint64(&c.o.calls, 1); n%sampleEvery == 1 || r.tracing {
+		c.start = nanotime()
+	}
+	return c
+}
+
+// attach takes a free communicator slot of r for the communicator called
+// name, or none (the shared counters) when they are all taken.
+func (m *Comm) attach(r *Rank, name string) {
+	m.r, m.s, m.slot = r, nil, maxComms
+	for i := range r.comms {
+		s := &r.comms[i]
+		if s.state.Load() != 0 || !s.state.CompareAndSwap(0, 2) { // 2: being filled
+			continue
+		}
+		s.nameLen = uint32(copy(s.name[:], name))
+		s.state.Store(1)
+		m.s, m.slot = s, uint16(i)
 		return
 	}
-	o := &c.r.ops[c.op]
-	o.bytes.Add(uint64(bytes))
+}
+
+// End adds the call's bytes (its buffer's size on this rank) and, for a
+// timed call, its time; with a trace it leaves the call's event, naming the
+// call's sequence number seq (the tag for send and receive).
+func (c Call) End(seq uint64, bytes int) {
+	o := c.o
+	if o == nil {
+		return
+	}
+	if c.shared || c.start != 0 {
+		c.endSlow(seq, bytes)
+		return
+	}
+	o.bytes += uint64(bytes)
+}
+
+// endSlow is End for a timed call or one on the shared counters.
+func (c Call) endSlow(seq uint64, bytes int) {
+	o := c.o
+	if c.shared {
+		atomic.AddUint64(&o.bytes, uint64(bytes))
+	} else {
+		o.bytes += uint64(bytes)
+	}
 	if c.start == 0 {
 		return
 	}
 	d := nanotime() - c.start
-	o.timedCalls.Add(1)
-	o.timedNs.Add(uint64(d))
+	if c.shared {
+		atomic.AddUint64(&o.timedCalls, 1)
+		atomic.AddUint64(&o.timedNs, uint64(d))
+	} else {
+		o.timedCalls++
+		o.timedNs += uint64(d)
+	}
 	if c.r.tracing {
-		c.r.record(uint16(c.op), c.r.commSlot(comm), c.start, d, uint64(bytes), seq)
+		c.r.record(uint16(c.op), c.slot, c.start, d, uint64(bytes), seq)
 	}
-}
-
-var hashSeed = maphash.MakeSeed()
-
-// commSlot returns the slot of communicator name, taking a free one the first
-// time; maxComms when every slot is taken by others.
-func (r *Rank) commSlot(name string) uint16 {
-	h := maphash.String(hashSeed, name) | 1
-	for i := range r.comms {
-		s := &r.comms[i]
-		switch s.hash.Load() {
-		case h:
-			return uint16(i)
-		case 0:
-			if s.hash.CompareAndSwap(0, h) {
-				s.nameLen = uint32(copy(s.name[:], name))
-				return uint16(i)
-			}
-			if s.hash.Load() == h {
-				return uint16(i)
-			}
-		}
-	}
-	return maxComms
 }
 
 // record appends an event to the trace ring.

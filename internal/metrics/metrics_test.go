@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -22,11 +24,12 @@ func openTest(t testing.TB, events int) *Rank {
 func TestCountsAndTrace(t *testing.T) {
 	r := openTest(t, 64)
 	Publish(r)
+	var world Comm
 	for i := range 40 {
-		c := StartCall(OpAllReduce)
-		c.End("world", uint64(i+1), 8)
+		c := world.Start("world", OpAllReduce)
+		c.End(uint64(i+1), 8)
 	}
-	StartCall(OpBarrier).End("world", 41, 0)
+	world.Start("world", OpBarrier).End(41, 0)
 	tb := r.Table("replay", 100)
 	tb.SetShard("gear.mtest.replay.1")
 	for i := range 10 {
@@ -85,12 +88,57 @@ func TestCountsAndTrace(t *testing.T) {
 	}
 }
 
+// Communicators count apart, each by its one writer, and the rank's figures
+// are their sums: goroutines calling on their own communicators at once lose
+// no count (run with -race), nor do the communicators past the first
+// maxComms, which share the rank's counters.
+func TestCommsCountApart(t *testing.T) {
+	r := openTest(t, 0)
+	Publish(r)
+	const comms, calls = maxComms + 8, 500
+	var wg sync.WaitGroup
+	for g := range comms {
+		wg.Go(func() {
+			var c Comm
+			for i := range calls {
+				c.Start("c"+strconv.Itoa(g), OpAllReduce).End(uint64(i+1), 8)
+				c.Start("c"+strconv.Itoa(g), OpBroadcast).End(uint64(i+1), 4)
+			}
+		})
+	}
+	wg.Wait()
+	s, err := Read(r.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []OpStats{{Op: "allreduce", Calls: comms * calls, Bytes: comms * calls * 8},
+		{Op: "broadcast", Calls: comms * calls, Bytes: comms * calls * 4}}
+	if len(s.Ops) != 2 {
+		t.Fatalf("collectives %+v, want %+v", s.Ops, want)
+	}
+	for i, o := range s.Ops {
+		if o.Op != want[i].Op || o.Calls != want[i].Calls || o.Bytes != want[i].Bytes || o.Seconds <= 0 {
+			t.Errorf("collectives[%d] = %+v, want %+v and some time", i, o, want[i])
+		}
+	}
+	taken := 0
+	for i := range r.comms {
+		if r.comms[i].state.Load() == 1 {
+			taken++
+		}
+	}
+	if shared := r.ops[OpAllReduce].calls; taken != maxComms || shared != 8*calls {
+		t.Errorf("%d communicator slots taken, %d calls on the shared counters; want %d and %d", taken, shared, maxComms, 8*calls)
+	}
+}
+
 // The ring keeps the last events only.
 func TestTraceRingKeepsTheLast(t *testing.T) {
 	r := openTest(t, 8)
 	Publish(r)
+	var world Comm
 	for i := range 20 {
-		StartCall(OpBroadcast).End("world", uint64(i+1), 4)
+		world.Start("world", OpBroadcast).End(uint64(i+1), 4)
 	}
 	v := r.view
 	ss := v.spans()
@@ -108,9 +156,10 @@ func TestHooksDoNotAllocate(t *testing.T) {
 		}
 		Publish(r)
 		tb := r.Table("t", 10)
+		var world Comm
 		n := testing.AllocsPerRun(1000, func() {
-			c := StartCall(OpAllReduce)
-			c.End("world", 1, 8)
+			c := world.Start("world", OpAllReduce)
+			c.End(1, 8)
 			s := tb.Begin()
 			tb.Inserted(3)
 			tb.EndInsert(s)
@@ -124,18 +173,29 @@ func TestHooksDoNotAllocate(t *testing.T) {
 	}
 }
 
-// BenchmarkCallHooks: what StartCall and End add to a collective call, with
-// no segment published (off) and with one (on).
+// BenchmarkCallHooks: what Start and End add to a collective call, with no
+// segment published (off), with one (on: a communicator's own counters, plain
+// stores), on a rank's shared counters (shared: atomic adds, what a
+// communicator past the first maxComms gets), and with a trace.
 func BenchmarkCallHooks(b *testing.B) {
-	for _, on := range []bool{false, true} {
-		name := "off"
-		if on {
-			name = "on"
+	for _, mode := range []string{"off", "on", "shared", "trace"} {
+		var world Comm
+		switch mode {
+		case "on":
 			Publish(openTest(b, 0))
+		case "shared":
+			r := openTest(b, 0)
+			Publish(r)
+			for i := range maxComms {
+				var c Comm
+				c.Start("c"+strconv.Itoa(i), OpBarrier).End(0, 0)
+			}
+		case "trace":
+			Publish(openTest(b, 1<<10))
 		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(mode, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
-				StartCall(OpAllReduce).End("world", uint64(i), 8)
+				world.Start("world", OpAllReduce).End(uint64(i), 8)
 			}
 		})
 		Publish(nil)

@@ -42,7 +42,8 @@ type OpStats struct {
 	Calls uint64 `json:"calls"`
 	Bytes uint64 `json:"bytes"`
 	// Seconds is the time in the calls: measured for every call with a
-	// trace, else for one call in 16 and scaled to all of them.
+	// trace, else for one call in 64 of each communicator and scaled to all
+	// of them.
 	Seconds float64 `json:"seconds"`
 }
 
@@ -111,14 +112,25 @@ func (v *view) snapshot(path string) Snapshot {
 		s.Running = pidAlive(s.PID)
 	}
 	for i := range v.ops {
-		o := &v.ops[i]
-		calls := o.calls.Load()
-		if calls == 0 {
+		var sum counters
+		add := func(o *counters) {
+			sum.calls += atomic.LoadUint64(&o.calls)
+			sum.bytes += atomic.LoadUint64(&o.bytes)
+			sum.timedCalls += atomic.LoadUint64(&o.timedCalls)
+			sum.timedNs += atomic.LoadUint64(&o.timedNs)
+		}
+		add(&v.ops[i].counters)
+		for j := range v.comms {
+			if c := &v.comms[j]; c.state.Load() == 1 {
+				add(&c.ops[i])
+			}
+		}
+		if sum.calls == 0 {
 			continue
 		}
-		st := OpStats{Op: Op(i).String(), Calls: calls, Bytes: o.bytes.Load()}
-		if tc := o.timedCalls.Load(); tc > 0 {
-			st.Seconds = float64(o.timedNs.Load()) / 1e9 * float64(calls) / float64(tc)
+		st := OpStats{Op: Op(i).String(), Calls: sum.calls, Bytes: sum.bytes}
+		if sum.timedCalls > 0 {
+			st.Seconds = float64(sum.timedNs) / 1e9 * float64(sum.calls) / float64(sum.timedCalls)
 		}
 		s.Ops = append(s.Ops, st)
 	}

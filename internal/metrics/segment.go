@@ -23,12 +23,13 @@ func nanotime() int64
 // The segment's layout, in order, each part at a fixed offset:
 //
 //	0      header (512 bytes)
-//	512    NumOps collective counters, one cache line each
+//	512    NumOps shared collective counters, one cache line each
 //	1280   maxTables table slots (256 bytes each)
-//	5376   maxComms communicator names (64 bytes each)
-//	7424   the trace ring: traceCap events of 48 bytes
+//	5376   maxComms communicator slots (512 bytes each): a name and
+//	       NumOps counters
+//	21760  the trace ring: traceCap events of 48 bytes
 const (
-	segMagic   = "GEARMET1"
+	segMagic   = "GEARMET2"
 	maxTables  = 16
 	maxComms   = 32
 	nameBytes  = 48
@@ -37,13 +38,14 @@ const (
 	opsOff     = headerSize
 	tablesOff  = opsOff + int(NumOps)*64
 	commsOff   = tablesOff + maxTables*256
-	eventsOff  = commsOff + maxComms*64
+	commSize   = 512
+	eventsOff  = commsOff + maxComms*commSize
 	eventSize  = 48
 	// MaxTraceEvents bounds a rank's trace ring (about 48 MiB).
 	MaxTraceEvents = 1 << 20
-	// sampleEvery: one collective call in sampleEvery of each kind is timed
-	// when no trace is kept (a power of two).
-	sampleEvery = 16
+	// sampleEvery: one collective call in sampleEvery of each operation on
+	// each communicator is timed when no trace is kept (a power of two).
+	sampleEvery = 64
 )
 
 type header struct {
@@ -64,12 +66,22 @@ type header struct {
 	role      [32]byte
 }
 
+// counters are one collective operation's: calls, bytes, and the calls
+// timed and their time. A communicator's are written with plain loads and
+// stores by its one writer (Comm); the shared ones with atomic adds. Readers
+// load them atomically.
+type counters struct {
+	calls      uint64
+	bytes      uint64
+	timedCalls uint64
+	timedNs    uint64
+}
+
+// opCounters are a rank's shared counters of one operation, a cache line
+// each.
 type opCounters struct {
-	calls      atomic.Uint64
-	bytes      atomic.Uint64
-	timedCalls atomic.Uint64
-	timedNs    atomic.Uint64
-	_          [4]uint64
+	counters
+	_ [4]uint64
 }
 
 // tableSlot: the counters are written with plain stores by the table's owner,
@@ -90,11 +102,13 @@ type tableSlot struct {
 	_        [4]int64
 }
 
+// commSlot is one communicator's: its name and counters.
 type commSlot struct {
-	hash    atomic.Uint64
+	state   atomic.Uint32 // 0 free, 1 taken
 	nameLen uint32
-	_       uint32
 	name    [nameBytes]byte
+	ops     [NumOps]counters
+	_       [commSize - 8 - nameBytes - int(NumOps)*32]byte
 }
 
 type event struct {
@@ -113,8 +127,8 @@ var (
 	_ [unsafe.Sizeof(opCounters{}) - 64]byte
 	_ [256 - unsafe.Sizeof(tableSlot{})]byte
 	_ [unsafe.Sizeof(tableSlot{}) - 256]byte
-	_ [64 - unsafe.Sizeof(commSlot{})]byte
-	_ [unsafe.Sizeof(commSlot{}) - 64]byte
+	_ [commSize - unsafe.Sizeof(commSlot{})]byte
+	_ [unsafe.Sizeof(commSlot{}) - commSize]byte
 	_ [eventSize - unsafe.Sizeof(event{})]byte
 	_ [unsafe.Sizeof(event{}) - eventSize]byte
 )
@@ -227,7 +241,7 @@ func Open(p Place) (*Rank, error) {
 		return nil, fmt.Errorf("metrics: map %s: %w", path, err)
 	}
 	h := (*header)(unsafe.Pointer(&mem[0]))
-	h.version = 1
+	h.version = 2
 	h.traceCap = uint32(p.TraceEvents)
 	h.pid = int64(os.Getpid())
 	h.rank, h.size, h.gen = int64(p.Rank), int64(p.Size), int64(p.Generation)
