@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/internal/statehome"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 	case os.Getenv(envTestRank) == "1":
 		os.Exit(testRankMain())
 	}
-	removeState := geartest.PrivateStateHome()
+	removeState := statehome.Private()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		removeState()
 		gearrunCmds.Remove()

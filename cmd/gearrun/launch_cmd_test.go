@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/internal/statehome"
 	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
 	"github.com/gear-rl/gear/store"
@@ -52,7 +53,7 @@ func TestMain(m *testing.M) {
 	}
 	removeState := func() {}
 	if os.Getenv(envHostsRank) == "" { // a rank of TestHostsOverSSH ends in os.Exit
-		removeState = geartest.PrivateStateHome()
+		removeState = statehome.Private()
 	}
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		removeState()

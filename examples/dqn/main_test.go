@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/internal/statehome"
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
-	removeState := geartest.PrivateStateHome()
+	removeState := statehome.Private()
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { removeState(); bins.Remove() }))
 }
 

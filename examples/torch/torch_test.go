@@ -20,13 +20,14 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/internal/geartest"
+	"github.com/gear-rl/gear/internal/statehome"
 	"github.com/gear-rl/gear/jobs/jobstest"
 )
 
 var bins = geartest.NewCommands("github.com/gear-rl/gear/cmd/gearrun")
 
 func TestMain(m *testing.M) {
-	removeState := geartest.PrivateStateHome()
+	removeState := statehome.Private()
 	code := m.Run()
 	removeState()
 	bins.Remove()
