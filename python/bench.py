@@ -85,11 +85,17 @@ def writer_proc(segment, seconds, start_at):
     data = rows(B, rng)
     while time.time() < start_at:
         time.sleep(0.001)
-    done, t0 = 0, time.perf_counter()
+    done, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         done += w.insert_batch(data, 1.0)
-    print(done / (time.perf_counter() - t0), flush=True)
+    dt = time.perf_counter() - t0
+    print(done / dt, (time.process_time() - c0) / dt, flush=True)
     w.close()
+
+
+# CPU seconds per second of the last writers() run: the writers' (summed) and
+# the owner's (this process: the table's admission of their rows).
+cpu = {}
 
 
 def writers(segment, k, seconds):
@@ -97,8 +103,12 @@ def writers(segment, k, seconds):
     start_at = time.time() + 1.5
     ps = [subprocess.Popen([sys.executable, __file__, "--writer", segment, str(seconds), str(start_at)],
                            stdout=subprocess.PIPE, text=True) for _ in range(k)]
-    rates = [float(p.communicate()[0].strip().splitlines()[-1]) for p in ps]
-    return sum(rates)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = [p.communicate()[0].strip().splitlines()[-1].split() for p in ps]
+    cpu[k] = (sum(float(o[1]) for o in out), (time.process_time() - c0) / (time.perf_counter() - t0))
+    return sum(float(o[0]) for o in out)
 
 
 def main():
@@ -166,6 +176,7 @@ def main():
     room.close()
     one_w, two_w = pairs(lambda k: writers(t.segment, k, a.seconds), a.repeats)
     print(f"{'writer processes, full table':34} one {one_w:,.0f} rows/s, two {two_w:,.0f} rows/s: {two_w / one_w:.2f}x")
+    print_cpu()
     t.close()
 
     def fresh(k):
@@ -177,6 +188,13 @@ def main():
             f.close()
     one_f, two_f = pairs(fresh, a.repeats)
     print(f"{'writer processes, table with room':34} one {one_f:,.0f} rows/s, two {two_f:,.0f} rows/s: {two_f / one_f:.2f}x")
+    print_cpu()
+
+
+def print_cpu():
+    """The last run's CPU use, in cores: writers and owner, one and two writers."""
+    print(f"{'  CPU (cores), last run':34} " + ", ".join(
+        f"{k} writer{'s' * (k > 1)} {w:.2f} + owner {o:.2f} (of {os.cpu_count()})" for k, (w, o) in sorted(cpu.items())))
 
 
 def pairs(run, repeats):

@@ -26,12 +26,14 @@ type ShardTable struct {
 	poll  time.Duration
 	hook  func(Item) // the caller's OnDelete
 
-	mu       sync.Mutex
-	held     map[int32]store.View // rows deleted by a sample, pinned until the batch is released
-	next     uint64               // the commit sequence to admit next
-	refused  int64
-	lastErr  error
-	progress chan struct{} // closed and replaced when next advances
+	mu      sync.Mutex
+	held    map[int32]store.View // rows deleted by a sample, pinned until the batch is released
+	next    uint64               // the commit sequence to admit next
+	refused int64
+	lastErr error
+	// progress is closed when next advances and a waiter made it (nil while
+	// nobody waits: admission makes no channel per commit).
+	progress chan struct{}
 	closed   bool
 	gpu      *deviceTables
 	// reattached counts the rows admitted at construction (admitExisting).
@@ -91,13 +93,12 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 			cfg.Name, cfg.MaxSize, shard.Name(), shard.Capacity())
 	}
 	st := &ShardTable{
-		shard:    shard,
-		poll:     time.Millisecond,
-		hook:     cfg.OnDelete,
-		held:     make(map[int32]store.View),
-		progress: make(chan struct{}),
-		kick:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		shard: shard,
+		poll:  time.Millisecond,
+		hook:  cfg.OnDelete,
+		held:  make(map[int32]store.View),
+		kick:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(st)
@@ -222,8 +223,10 @@ func (st *ShardTable) advance(next uint64) {
 	defer st.mu.Unlock()
 	if next > st.next {
 		st.next = next
-		close(st.progress)
-		st.progress = make(chan struct{})
+		if st.progress != nil {
+			close(st.progress)
+			st.progress = nil
+		}
 	}
 }
 
@@ -280,14 +283,20 @@ func (st *ShardTable) Insert(ctx context.Context, key uint64, priority float64, 
 func (st *ShardTable) WaitAdmitted(ctx context.Context, seq uint64) error {
 	for {
 		st.mu.Lock()
-		next, ch, closed := st.next, st.progress, st.closed
-		st.mu.Unlock()
+		next, closed := st.next, st.closed
 		if closed {
+			st.mu.Unlock()
 			return st.t.errClosed("wait for admission")
 		}
 		if next >= seq {
+			st.mu.Unlock()
 			return nil
 		}
+		if st.progress == nil {
+			st.progress = make(chan struct{})
+		}
+		ch := st.progress
+		st.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():

@@ -53,7 +53,7 @@ func (t *Table) insertAdmitted(it Item) (bool, error) {
 	if err := t.checkPriority(it.Key, it.Priority); err != nil {
 		return false, err
 	}
-	if slot, ok := t.index[it.Key]; ok {
+	if slot, ok := t.index.get(it.Key); ok {
 		t.setPriority(int(slot), it.Priority)
 		return false, nil
 	}

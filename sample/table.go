@@ -121,10 +121,10 @@ type Table struct {
 
 	mu            sync.Mutex
 	limiter       RateLimiter
-	items         []Item // by slot
-	live          []bool // by slot
-	index         map[uint64]int32
-	free          []int32 // free slots, reused last-freed first
+	items         []Item   // by slot
+	live          []bool   // by slot
+	index         keyIndex // key -> slot
+	free          []int32  // free slots, reused last-freed first
 	seq           uint64
 	uniqueSamples int64
 	picks         []Pick
@@ -191,7 +191,6 @@ func newTable(cfg Config) (*Table, error) {
 		onDelete:  cfg.OnDelete,
 		selection: cfg.Selection,
 		limiter:   *lim,
-		index:     make(map[uint64]int32),
 		wake:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}, nil
@@ -226,16 +225,18 @@ func (t *Table) insert(ctx context.Context, it Item, atRow bool) (bool, error) {
 	if err := t.checkPriority(it.Key, it.Priority); err != nil {
 		return false, err
 	}
-	if slot, ok := t.index[it.Key]; ok {
+	if slot, ok := t.index.get(it.Key); ok {
 		t.setPriority(int(slot), it.Priority)
 		return false, nil
 	}
-	if err := t.waitLocked(ctx, "insert", &t.blockedIns, t.canInsert); err != nil {
-		return false, err
-	}
-	if slot, ok := t.index[it.Key]; ok { // inserted by another caller while we waited
-		t.setPriority(int(slot), it.Priority)
-		return false, nil
+	if !t.canInsert() {
+		if err := t.waitLocked(ctx, "insert", &t.blockedIns, t.canInsert); err != nil {
+			return false, err
+		}
+		if slot, ok := t.index.get(it.Key); ok { // inserted by another caller while we waited
+			t.setPriority(int(slot), it.Priority)
+			return false, nil
+		}
 	}
 	var slot int
 	if atRow {
@@ -262,7 +263,7 @@ func (t *Table) insert(ctx context.Context, it Item, atRow bool) (bool, error) {
 func (t *Table) placeLocked(slot int, it Item) {
 	t.items[slot] = it
 	t.live[slot] = true
-	t.index[it.Key] = int32(slot)
+	t.index.set(it.Key, int32(slot))
 	_ = t.sampler.Insert(slot, it.Priority)
 	_ = t.remover.Insert(slot, it.Priority)
 	t.limiter.Insert(1)
@@ -394,13 +395,13 @@ func (t *Table) MutatePriorities(updates []Update, deletes []uint64) error {
 	}
 	changed := false
 	for _, k := range deletes {
-		if slot, ok := t.index[k]; ok {
+		if slot, ok := t.index.get(k); ok {
 			t.deleteSlot(int(slot), nil)
 			changed = true
 		}
 	}
 	for _, u := range updates {
-		if slot, ok := t.index[u.Key]; ok {
+		if slot, ok := t.index.get(u.Key); ok {
 			t.setPriority(int(slot), u.Priority)
 		}
 	}
@@ -414,7 +415,7 @@ func (t *Table) MutatePriorities(updates []Update, deletes []uint64) error {
 func (t *Table) Get(key uint64) (Item, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	slot, ok := t.index[key]
+	slot, ok := t.index.get(key)
 	if !ok {
 		return Item{}, false
 	}
@@ -488,7 +489,7 @@ func (t *Table) Reset() error {
 	}
 	t.sampler.Clear()
 	t.remover.Clear()
-	clear(t.index)
+	t.index.reset()
 	t.items, t.live, t.free = t.items[:0], t.live[:0], t.free[:0]
 	t.limiter.Reset()
 	t.uniqueSamples = 0
@@ -601,7 +602,7 @@ func (t *Table) deleteSlot(slot int, hook func(Item)) {
 	it := t.items[slot]
 	t.sampler.Delete(slot)
 	t.remover.Delete(slot)
-	delete(t.index, it.Key)
+	t.index.remove(it.Key)
 	t.live[slot] = false
 	if !t.rows {
 		t.free = append(t.free, int32(slot))

@@ -115,6 +115,12 @@ type evictor struct {
 	evictions uint64 // since the last maintenance scan
 
 	idleUntil time.Time // no scan before this (the last one found nothing)
+
+	// With RemoverNone, the shard's removals counter at this handle's last
+	// look (seenRemoved), when it last moved (movedAt) and at the last scan
+	// (scanRemoved): see evict.
+	seenRemoved, scanRemoved uint64
+	movedAt                  time.Time
 }
 
 func (e *evictor) init(capacity int) {
@@ -178,9 +184,23 @@ func (s *Shard) evict(want int, dst []uint32) []uint32 {
 			}
 		}
 	}
+	if s.remover == nil {
+		// Nothing to evict: the table over the shard releases rows, onto the
+		// free queue. While it does (removals moved within scanPause of now),
+		// wait for them rather than walk the whole status table, except once
+		// per turnover of the shard (dead writers' rows, lost indices).
+		r, now := s.removed.Load(), s.clock.Now()
+		if r != e.seenRemoved {
+			e.seenRemoved, e.movedAt = r, now
+		}
+		if r-e.scanRemoved < uint64(s.cap) && now.Sub(e.movedAt) < scanPause {
+			return dst
+		}
+	}
 	if s.clock.Now().Before(e.idleUntil) {
 		return dst
 	}
+	e.scanRemoved = s.removed.Load()
 	var cand *evictor
 	if s.remover != nil {
 		cand = e

@@ -161,3 +161,78 @@ func BenchmarkShardPutFull(b *testing.B) {
 		}
 	}
 }
+
+// TestTableSampleCollect samples through gear_table_sample's Go side with
+// columns to collect, twice with the same columns (the plan reused) and once
+// with others, and checks each item's collected obs and action against what
+// was put for its key.
+func TestTableSampleCollect(t *testing.T) {
+	h, sh := newBenchTable(t)
+	obs := unsafe.Slice((*float32)(unsafe.Add(sh.stage, sh.stageOff[0])), 96)
+	act := (*int32)(unsafe.Add(sh.stage, sh.stageOff[1]))
+	for i := range 300 {
+		for j := range obs {
+			obs[j] = float32(i*1000 + j)
+		}
+		*act = int32(i)
+		if _, err := shardPut(h, 0, true, uint64(i), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sh.st.WaitAdmitted(t.Context(), sh.shard.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	keys, rows, prios := make([]uint64, n), make([]int64, n), make([]float64, n)
+	o, a := make([]float32, n*96), make([]int32, n)
+	for round, cols := range [][]int32{{0, 1}, {0, 1}, {1, 0}} {
+		dst := []unsafe.Pointer{unsafe.Pointer(&o[0]), unsafe.Pointer(&a[0])}
+		if cols[0] == 1 {
+			dst[0], dst[1] = dst[1], dst[0]
+		}
+		got, st := tableSample(h, n, 1000, keys, prios, rows, cols, dst)
+		if st != statusOK || got != n {
+			t.Fatalf("round %d: sample: %d items, status %d", round, got, st)
+		}
+		for k := range got {
+			i := int(keys[k])
+			if o[k*96] != float32(i*1000) || o[k*96+95] != float32(i*1000+95) || a[k] != int32(i) || prios[k] != 1 {
+				t.Fatalf("round %d: item %d (key %d, row %d): obs[0] %v obs[95] %v action %d priority %v",
+					round, k, i, rows[k], o[k*96], o[k*96+95], a[k], prios[k])
+			}
+		}
+	}
+	if _, st := tableSample(h, n, 1000, keys, prios, rows, []int32{7}, []unsafe.Pointer{unsafe.Pointer(&a[0])}); st != statusInvalid {
+		t.Fatalf("collect of column 7 of 5: status %d, want invalid", st)
+	}
+}
+
+// BenchmarkTableSampleCollect is gear_table_sample's Go side as python/bench.py's
+// sample+collect calls it: batches of 256 items of 400 B, every column
+// gathered into the caller's buffers, from a full table of 100,000 rows.
+func BenchmarkTableSampleCollect(b *testing.B) {
+	h, sh := newBenchTable(b)
+	for range 100000 {
+		if _, err := shardPut(h, -1, false, 0, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := sh.st.WaitAdmitted(b.Context(), sh.shard.CommitSeq()); err != nil {
+		b.Fatal(err)
+	}
+	const n = 256
+	keys, rows, prios := make([]uint64, n), make([]int64, n), make([]float64, n)
+	cols := []int32{0, 1, 2, 3, 4}
+	var dst []unsafe.Pointer
+	for c := range cols {
+		buf := make([]byte, n*sh.bytes[c])
+		dst = append(dst, unsafe.Pointer(&buf[0]))
+	}
+	b.SetBytes(n * 400)
+	for b.Loop() {
+		if got, st := tableSample(h, n, -1, keys, prios, rows, cols, dst); st != statusOK || got != n {
+			b.Fatalf("sample: %d items, status %d", got, st)
+		}
+	}
+	b.ReportMetric(float64(b.N)*n/b.Elapsed().Seconds(), "rows/s")
+}

@@ -44,9 +44,12 @@ type shardHandle struct {
 	// sampleMu serializes the calls that use batch and dst.
 	sampleMu sync.Mutex
 	batch    sample.Batch
-	indices  []int
 	dst      [][]byte
-	cols     []string
+
+	// planMu guards the collection plan of the columns last collected.
+	planMu   sync.Mutex
+	planned  *sample.CollectPlan
+	planCols []int32
 }
 
 func newShardHandle(s *store.Shard, st *sample.ShardTable) *shardHandle {
@@ -101,19 +104,20 @@ func (h *shardHandle) allocate(ms C.int64_t) (store.Pending, error) {
 	return h.shard.Allocate(ctx)
 }
 
-// use returns the open handle h with its lock held shared; call the returned
-// function to let go of it.
-func use(h C.uint64_t) (*shardHandle, func(), error) {
+// use returns the open handle h with its lock held shared; the caller lets go
+// of it with s.mu.RUnlock (a method value returned instead would cost an
+// allocation per call).
+func use(h C.uint64_t) (*shardHandle, error) {
 	s, err := lookup[*shardHandle](h)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	s.mu.RLock()
 	if s.closed {
 		s.mu.RUnlock()
-		return nil, nil, errHandle
+		return nil, errHandle
 	}
-	return s, s.mu.RUnlock, nil
+	return s, nil
 }
 
 func (h *shardHandle) table() (*sample.ShardTable, error) {
@@ -259,11 +263,11 @@ type layoutColumn struct {
 //export gear_shard_layout
 func gear_shard_layout(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, done, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer done()
+	defer s.mu.RUnlock()
 	m := s.shard.Mapping()
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(m)))
 	var cols []layoutColumn
@@ -294,11 +298,11 @@ func gear_shard_layout(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64
 //export gear_shard_allocate
 func gear_shard_allocate(h C.uint64_t, ms C.int64_t, row *C.int64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, done, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer done()
+	defer s.mu.RUnlock()
 	p, err := s.allocate(ms)
 	if err != nil {
 		return fail(err)
@@ -328,11 +332,11 @@ func (s *shardHandle) takePending(row C.int64_t) (store.Pending, error) {
 //export gear_shard_commit
 func gear_shard_commit(h C.uint64_t, row C.int64_t, hasKey C.int32_t, key C.uint64_t, priority C.double, seq *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, done, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer done()
+	defer s.mu.RUnlock()
 	p, err := s.takePending(row)
 	if err != nil {
 		return fail(err)
@@ -357,11 +361,11 @@ func gear_shard_commit(h C.uint64_t, row C.int64_t, hasKey C.int32_t, key C.uint
 //export gear_shard_abort
 func gear_shard_abort(h C.uint64_t, row C.int64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, done, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer done()
+	defer s.mu.RUnlock()
 	p, err := s.takePending(row)
 	if err != nil {
 		return fail(err)
@@ -380,11 +384,11 @@ func gear_shard_abort(h C.uint64_t, row C.int64_t) (st C.int32_t) {
 func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *C.double, ncols C.int32_t, src *unsafe.Pointer, ms C.int64_t, done *C.int64_t) (st C.int32_t) {
 	defer guard(&st)
 	*done = 0
-	s, unlock, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	if int(ncols) != len(s.names) || src == nil || priorities == nil || n < 0 {
 		return fail(invalidf("shard %q: insert of %d rows with %d column buffers: want %d, and priorities", s.shard.Name(), int64(n), int32(ncols), len(s.names)))
 	}
@@ -424,11 +428,11 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 //export gear_shard_stage
 func gear_shard_stage(h C.uint64_t, addr *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, unlock, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	if addr == nil {
 		return fail(invalidf("shard %q: null stage pointer", s.shard.Name()))
 	}
@@ -458,11 +462,11 @@ func gear_shard_put(h C.uint64_t, ms C.int64_t, hasKey C.int32_t, key C.uint64_t
 
 // shardPut is gear_shard_put in Go's types.
 func shardPut(h uint64, ms int64, hasKey bool, key uint64, priority float64) (store.Ref, error) {
-	s, unlock, err := use(C.uint64_t(h))
+	s, err := use(C.uint64_t(h))
 	if err != nil {
 		return store.Ref{}, err
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	p, err := s.allocate(C.int64_t(ms))
 	if err != nil {
 		return store.Ref{}, err
@@ -496,8 +500,9 @@ func (b *batchHandle) close() error {
 // writes got items' keys, probabilities, priorities, rows (the local indices
 // of the shard) and times sampled into the arrays given (each of n elements;
 // any may be NULL). With ncols > 0 it also collects columns cols (indices in
-// the layout's order) of the items, in order, into dst[k] (got*block_bytes
-// bytes each). With keep 0 the batch is released before the call returns;
+// the layout's order) of the items, in order, into dst[k] (room for n
+// items of block_bytes each; the first got are written; the column plan is
+// made once and reused while cols stay the same). With keep 0 the batch is released before the call returns;
 // otherwise its handle is stored in batchOut and its rows stay readable (also
 // those the sample deleted, by max_times_sampled) until gear_close(batch).
 //
@@ -507,11 +512,11 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 	ncols C.int32_t, cols *C.int32_t, dst *unsafe.Pointer, got *C.int64_t, batchOut *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
 	*got = 0
-	s, unlock, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	t, err := s.table()
 	if err != nil {
 		return fail(err)
@@ -549,16 +554,33 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 	// The remover may evict a sampled item (one the sample did not delete,
 	// so its batch does not hold it) between the sample and the collection:
 	// the collection then fails, and the batch is sampled again.
-	var indices []int
+	var plan *sample.CollectPlan
+	var out [][]byte
+	if ncols > 0 {
+		if plan, err = s.plan(t, colIdx); err != nil {
+			return fail(err)
+		}
+		out = make([][]byte, 0, 8)
+		if keep == 0 {
+			out = s.dst[:0]
+		}
+		ptrs := unsafe.Slice(dst, len(colIdx))
+		for j := range colIdx {
+			out = append(out, unsafe.Slice((*byte)(ptrs[j]), int(n)*plan.ItemBytes(j)))
+		}
+		if keep == 0 {
+			s.dst = out
+		}
+	}
 	for try := 0; ; try++ {
 		if err := t.SampleInto(ctx, b, int(n)); err != nil {
 			return fail(err)
 		}
-		indices = s.fill(b, keep != 0, keys, probs, prios, rows, times)
+		s.fill(b, keys, probs, prios, rows, times)
 		if ncols == 0 {
 			break
 		}
-		err := s.collect(ctx, t, keep != 0, indices, colIdx, dst, len(b.Items))
+		err := t.CollectBatch(ctx, plan, b, out)
 		if err == nil {
 			break
 		}
@@ -570,13 +592,39 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 		}
 	}
 	k := len(b.Items)
-	if keep == 0 {
-		s.indices = indices
-	} else {
+	if keep != 0 {
 		*batchOut = register(&batchHandle{s: s, b: b})
 	}
 	*got = C.int64_t(k)
 	return statusOK
+}
+
+// plan returns the collection plan of columns colIdx, made once for the last
+// columns asked for and reused while they stay the same (the caller holds
+// sampleMu or does not share the handle's plan: see planMu).
+func (s *shardHandle) plan(t *sample.ShardTable, colIdx []C.int32_t) (*sample.CollectPlan, error) {
+	s.planMu.Lock()
+	defer s.planMu.Unlock()
+	if s.planned != nil && len(s.planCols) == len(colIdx) {
+		same := true
+		for j, c := range colIdx {
+			same = same && s.planCols[j] == int32(c)
+		}
+		if same {
+			return s.planned, nil
+		}
+	}
+	names := make([]string, len(colIdx))
+	cols := make([]int32, len(colIdx))
+	for j, c := range colIdx {
+		names[j], cols[j] = s.names[c], int32(c)
+	}
+	p, err := t.PlanCollect(names, sample.Window{})
+	if err != nil {
+		return nil, err
+	}
+	s.planned, s.planCols = p, cols
+	return p, nil
 }
 
 // sliceOr is p as a slice of n elements, or nil.
@@ -593,11 +641,11 @@ func sliceOr[T any](p *T, n int) []T {
 //export gear_table_mutate
 func gear_table_mutate(h C.uint64_t, nup C.int64_t, ukeys *C.uint64_t, uprios *C.double, ndel C.int64_t, dkeys *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, unlock, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	t, err := s.table()
 	if err != nil {
 		return fail(err)
@@ -622,11 +670,11 @@ func gear_table_mutate(h C.uint64_t, nup C.int64_t, ukeys *C.uint64_t, uprios *C
 //export gear_table_reset
 func gear_table_reset(h C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, unlock, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	t, err := s.table()
 	if err != nil {
 		return fail(err)
@@ -643,11 +691,11 @@ func gear_table_reset(h C.uint64_t) (st C.int32_t) {
 //export gear_table_info
 func gear_table_info(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, unlock, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	t, err := s.table()
 	if err != nil {
 		return fail(err)
@@ -679,11 +727,11 @@ func gear_table_info(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64_t
 //export gear_table_wait_admitted
 func gear_table_wait_admitted(h C.uint64_t, ms C.int64_t) (st C.int32_t) {
 	defer guard(&st)
-	s, unlock, err := use(h)
+	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
-	defer unlock()
+	defer s.mu.RUnlock()
 	t, err := s.table()
 	if err != nil {
 		return fail(err)
@@ -693,18 +741,14 @@ func gear_table_wait_admitted(h C.uint64_t, ms C.int64_t) (st C.int32_t) {
 	return fail(t.WaitAdmitted(ctx, s.shard.CommitSeq()))
 }
 
-// fill writes the batch's items into the caller's arrays (any may be NULL) and
-// returns their rows.
-func (s *shardHandle) fill(b *sample.Batch, keep bool, keys *C.uint64_t, probs, prios *C.double, rows, times *C.int64_t) []int {
+// fill writes the batch's items into the caller's arrays (any may be NULL).
+func (s *shardHandle) fill(b *sample.Batch, keys *C.uint64_t, probs, prios *C.double, rows, times *C.int64_t) {
 	k := len(b.Items)
 	ks := sliceOr(keys, k)
 	ps, pr := sliceOr(probs, k), sliceOr(prios, k)
 	rs, ts := sliceOr(rows, k), sliceOr(times, k)
-	indices := s.indices[:0]
-	if keep {
-		indices = make([]int, 0, k)
-	}
-	for i, it := range b.Items {
+	for i := range b.Items {
+		it := &b.Items[i]
 		if ks != nil {
 			ks[i] = C.uint64_t(it.Key)
 		}
@@ -720,29 +764,24 @@ func (s *shardHandle) fill(b *sample.Batch, keep bool, keys *C.uint64_t, probs, 
 		if ts != nil {
 			ts[i] = C.int64_t(it.TimesSampled)
 		}
-		indices = append(indices, it.Index)
 	}
-	if !keep {
-		s.indices = indices
-	}
-	return indices
 }
 
-// collect gathers columns colIdx of rows indices into the caller's buffers.
-func (s *shardHandle) collect(ctx context.Context, t *sample.ShardTable, keep bool, indices []int, colIdx []C.int32_t, dst *unsafe.Pointer, k int) error {
-	var names []string
-	var out [][]byte
-	if !keep {
-		names, out = s.cols[:0], s.dst[:0]
+// tableSample is gear_table_sample in Go's types (for the package's tests
+// and benchmarks, which cannot name cgo's types): with keep false, the rows
+// of the batch are collected into dst (one buffer per column of cols, of n
+// items each) and the batch released; it returns the items sampled and the
+// call's status.
+func tableSample(h uint64, n int, ms int64, keys []uint64, prios []float64, rows []int64, cols []int32, dst []unsafe.Pointer) (int, int32) {
+	var got C.int64_t
+	var batch C.uint64_t
+	var cp *C.int32_t
+	var dp *unsafe.Pointer
+	if len(cols) > 0 {
+		cp, dp = (*C.int32_t)(unsafe.Pointer(&cols[0])), &dst[0]
 	}
-	ptrs := unsafe.Slice(dst, len(colIdx))
-	for j, c := range colIdx {
-		names = append(names, s.names[c])
-		out = append(out, unsafe.Slice((*byte)(ptrs[j]), k*s.bytes[c]))
-	}
-	_, err := t.CollectInto(ctx, out, indices, names, sample.Window{})
-	if !keep {
-		s.cols, s.dst = names, out
-	}
-	return err
+	st := gear_table_sample(C.uint64_t(h), C.int64_t(n), C.int64_t(ms), 0,
+		(*C.uint64_t)(unsafe.Pointer(unsafe.SliceData(keys))), nil, (*C.double)(unsafe.Pointer(unsafe.SliceData(prios))),
+		(*C.int64_t)(unsafe.Pointer(unsafe.SliceData(rows))), nil, C.int32_t(len(cols)), cp, dp, &got, &batch)
+	return int(got), int32(st)
 }

@@ -187,10 +187,10 @@ class _Shard:
         if len(columns) != len(stage):
             self._check_names(columns)
         for name, v in columns.items():
-            s = stage.get(name)
-            if s is None:
+            try:
+                view, at, c = stage[name]
+            except KeyError:
                 self._check_names(columns)
-            view, at, c = s
             t = type(v)
             if t is np.ndarray:
                 if (v.dtype is not c.dtype and v.dtype != c.dtype) or v.shape != c.row_shape:
@@ -201,8 +201,11 @@ class _Shard:
         h = self._h
         if h is None:
             self._handle()
-        st = self._put(h, 0, key is not None, key or 0, priority, None)
-        if st != _lib.OK:
+        if key is None:
+            st = self._put(h, 0, 0, 0, priority, None)
+        else:
+            st = self._put(h, 0, 1, key, priority, None)
+        if st:  # not _lib.OK (0)
             self._put_slow(st, priority, key, timeout)
 
     def _put_slow(self, st, priority, key, timeout):
