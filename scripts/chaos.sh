@@ -115,6 +115,9 @@ if ((slurm)); then
 	ln -sf "$GEAR_STATE_DIR/jobs/$job/output.log" "$out"
 	say "submitted job $job ($ids)"
 else
+	# The job's checkpoint directory (under $XDG_STATE_HOME) in the work
+	# directory, not the user's state directory.
+	export XDG_STATE_HOME=$work/state
 	"$gearrun" run "$spec" >"$out" 2>&1 &
 	gpid=$!
 	job=
@@ -241,6 +244,9 @@ else
 	code=$?
 fi
 say "job ended with exit code $code after $caused events"
+if ((caused < events)); then
+	bad "events: $caused of $events happened before the job ended (a smaller CHAOS_GAP leaves room for more)"
+fi
 if [[ $code_expected == 0 && $code != 0 ]]; then
 	bad "exit: $code, want 0 (restarts used $caused of $restarts)"
 elif [[ $code_expected == nonzero && $code == 0 ]]; then

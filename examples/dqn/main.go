@@ -225,16 +225,26 @@ type curveWriter struct {
 	w *csv.Writer
 }
 
-func openCurve(path string) (*curveWriter, error) {
+// openCurve opens the learning curve at path (nil when path is empty).
+// With resume (a restarted generation of a job), it appends to what the
+// earlier generation wrote, so that the file holds the whole run; otherwise
+// it starts the file afresh.
+func openCurve(path string, resume bool) (*curveWriter, error) {
 	if path == "" {
 		return nil, nil
 	}
-	f, err := os.Create(path)
+	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if resume {
+		flag = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	f, err := os.OpenFile(path, flag, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("dqn: %w", err)
 	}
 	c := &curveWriter{f: f, w: csv.NewWriter(f)}
-	_ = c.w.Write([]string{"episode", "frames", "wall_seconds", "return", "mean_return"})
+	if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
+		_ = c.w.Write([]string{"episode", "frames", "wall_seconds", "return", "mean_return"})
+	}
 	return c, nil
 }
 
