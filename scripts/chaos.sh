@@ -112,8 +112,27 @@ if ((slurm)); then
 	export GEAR_STATE_DIR=$work/state
 	ids=$("$gearrun" submit "$spec" 2>&1) || { echo "chaos: submit: $ids" >&2; exit 1; }
 	job=$(grep -Eo '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}' <<<"$ids" | head -1)
+	slurm_id=$(sed -n 's/^SLURM job ID: *//p' <<<"$ids")
 	ln -sf "$GEAR_STATE_DIR/jobs/$job/output.log" "$out"
-	say "submitted job $job ($ids)"
+	say "submitted job $job (SLURM job $slurm_id)"
+	# The batch host runs gearrun itself: its loss ends the job, as SLURM's
+	# does, so no node event takes it. Another node may go down while the
+	# nodes left hold the job: ntasks_per_node each (else the first world's
+	# share), at least min_np ranks, else every rank.
+	for _ in $(seq 300); do
+		batch=$(scontrol show job "$slurm_id" 2>/dev/null | grep -o 'BatchHost=[^ ]*' | cut -d= -f2)
+		[[ -n $batch && $batch != "(null)" ]] && break
+		sleep 0.2
+	done
+	batch_ns=gearslurm-$batch
+	nodes=$(sed -n '/^\[slurm\]/,/^\[/s/^nodes *= *\([0-9]*\).*/\1/p' "$spec" | head -1)
+	nodes=${nodes:-1}
+	world=$(sed -n 's/^np *= *\([0-9]*\).*/\1/p' "$spec" | awk '{ n += $1 } END { print n + 0 }')
+	per_node=$(sed -n 's/^ntasks_per_node *= *\([0-9]*\).*/\1/p' "$spec" | head -1)
+	per_node=${per_node:-$(((world + nodes - 1) / nodes))}
+	need=$(sed -n 's/^min_np *= *\([0-9]*\).*/\1/p' "$spec" | head -1)
+	need=${need:-$world}
+	say "batch host $batch; $nodes nodes of $per_node ranks, $need ranks needed"
 else
 	# The job's checkpoint directory (under $XDG_STATE_HOME) in the work
 	# directory, not the user's state directory.
@@ -156,6 +175,9 @@ wait_world() {
 }
 
 gen=0
+down=0 downed=()
+batch_ns=${batch_ns:-}
+nodes=${nodes:-1} per_node=${per_node:-1} need=${need:-1}
 caused=0 # events that made the world restart
 code_expected=0
 last_resumed=0
@@ -164,11 +186,21 @@ for ev in $(seq "$events"); do
 	sleep $((gap + RANDOM % (gap > 0 ? gap : 1)))
 	running || { say "event $ev: the job ended before it"; break; }
 	kinds=(kill stop)
-	((slurm)) && kinds+=(node)
-	kind=${kinds[RANDOM % ${#kinds[@]}]}
 	mapfile -t rk < <(ranks)
 	((${#rk[@]})) || { say "event $ev: no rank to harm"; break; }
-	read -r pid rnk role <<<"${rk[RANDOM % ${#rk[@]}]}"
+	# A node may go down when one more loss leaves enough slots and a rank
+	# runs on a node other than the batch host.
+	mapfile -t nrk < <(for l in "${rk[@]}"; do
+		ns=$(ip netns identify "${l%% *}" 2>/dev/null)
+		[[ -n $ns && $ns != "$batch_ns" ]] && echo "$l"
+	done)
+	((slurm && ${#nrk[@]} && (nodes - down - 1) * per_node >= need)) && kinds+=(node)
+	kind=${kinds[RANDOM % ${#kinds[@]}]}
+	if [[ $kind == node ]]; then
+		read -r pid rnk role <<<"${nrk[RANDOM % ${#nrk[@]}]}"
+	else
+		read -r pid rnk role <<<"${rk[RANDOM % ${#rk[@]}]}"
+	fi
 	old=$(for l in "${rk[@]}"; do echo "${l%% *}"; done)
 	rows_before=$(last_table)
 	rows_before=${rows_before:-0}
@@ -187,9 +219,17 @@ for ev in $(seq "$events"); do
 	node)
 		node=$(ip netns identify "$pid" 2>/dev/null)
 		what="node ${node#gearslurm-} down (rank $rnk, $role)"
-		rows_before=$(last_ckpt_rows)
-		rows_before=${rows_before:-0}
+		# A trainer lost with its node resumes its last shard checkpoint.
+		for l in "${rk[@]}"; do
+			read -r p _ r <<<"$l"
+			if [[ $r == trainer && $(ip netns identify "$p" 2>/dev/null) == "$node" ]]; then
+				rows_before=$(last_ckpt_rows)
+				rows_before=${rows_before:-0}
+			fi
+		done
 		for p in $(ip netns pids "$node" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+		down=$((down + 1))
+		downed+=("${node#gearslurm-}")
 		;;
 	esac
 	caused=$((caused + 1))

@@ -67,7 +67,9 @@ type options struct {
 	dist dist.Config
 
 	// --plot mode.
-	plot, plotOut string
+	plot, plotOut       string
+	compare             string
+	label, compareLabel string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -123,6 +125,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// --plot mode.
 	fs.StringVar(&o.plot, "plot", "", "draw the learning curve of this CSV (written by --curve) as a PNG, and exit")
 	fs.StringVar(&o.plotOut, "out", "", "the PNG --plot writes (default: the CSV's name with .png)")
+	fs.StringVar(&o.compare, "compare", "", "with --plot, also draw the running mean of this other run's CSV")
+	fs.StringVar(&o.label, "label", "", "with --plot, the legend's name of the CSV's running mean")
+	fs.StringVar(&o.compareLabel, "compare-label", "", "with --compare, the legend's name of the other run's running mean (default: its file's name)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"encoding/csv"
 	"image/png"
 	"os"
@@ -122,5 +123,43 @@ func TestNotSolvedExitsOne(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "not solved: ") || !strings.Contains(out.String(), "300 frames") {
 		t.Fatalf("output %q", out.String())
+	}
+}
+
+// TestPlotCompare: --compare draws a second run's running mean beside the
+// first's and names both final means.
+func TestPlotCompare(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, base float64) string {
+		var b strings.Builder
+		b.WriteString("episode,frames,wall_seconds,return,mean_return\n")
+		for i := 1; i <= 10; i++ {
+			fmt.Fprintf(&b, "%d,%d,%d,%g,%g\n", i, 100*i, i, base+float64(i), base+float64(i)/2)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	killed, clean := write("killed.csv", 100), write("clean.csv", 200)
+	pngPath := filepath.Join(dir, "both.png")
+	var out, errb bytes.Buffer
+	if code := run([]string{"--plot", killed, "--compare", clean, "--label", "with a kill", "--compare-label", "without", "--out", pngPath}, &out, &errb); code != 0 {
+		t.Fatalf("--plot --compare: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "final mean 105.0; without: final mean 205.0") {
+		t.Errorf("--plot --compare said %q", out.String())
+	}
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"--plot", killed, "--compare", filepath.Join(dir, "missing.csv")}, &out, &errb); code != 1 {
+		t.Errorf("--compare of a missing file: exit %d, want 1", code)
 	}
 }

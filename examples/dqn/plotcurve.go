@@ -13,7 +13,8 @@ import (
 )
 
 // plotCurve draws the learning curve of o.plot (a CSV that --curve wrote) as a
-// PNG: the episode returns, their running mean and the target 475, by frames.
+// PNG: the episode returns, their running mean and the target 475, by frames;
+// with o.compare, another run's running mean beside it.
 func plotCurve(o *options, stdout, stderr io.Writer) int {
 	out := o.plotOut
 	if out == "" {
@@ -23,6 +24,22 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if o.label != "" {
+		chart.MeanLabel = o.label
+	}
+	if o.compare != "" {
+		other, err := readCurve(o.compare)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		label := o.compareLabel
+		if label == "" {
+			label = filepath.Base(o.compare)
+		}
+		chart.Compare = append(chart.Compare, plot.Series{Label: label, Points: other.Points})
+		chart.Subtitle += "; " + label + ": " + other.Subtitle[strings.LastIndex(other.Subtitle, "final mean"):]
 	}
 	f, err := os.Create(out)
 	if err != nil {
