@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"encoding/csv"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
