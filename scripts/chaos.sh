@@ -303,6 +303,24 @@ if [[ -n $segs ]]; then
 	bad "shm: segments of the job left: $segs"
 	for s in $segs; do rm -f "/dev/shm/$s"; done
 fi
+if ((slurm)); then
+	# The sweep ran on every node of the allocation at the start and at
+	# the end (gearrun: sweep of NODE: ...), a node that went down aside,
+	# whose end sweep fails (its slurmd is gone) and which was swept at the
+	# start. The nodes share this machine's /dev/shm, checked above.
+	alloc=$(scontrol show hostnames "$(scontrol show job "$slurm_id" 2>/dev/null | sed -n 's/^ *NodeList=//p' | head -1)" 2>/dev/null)
+	for n in $alloc; do
+		swept=$(grep -c "gearrun: sweep of $n: removed" "$out")
+		if [[ " ${downed[*]} " == *" $n "* ]]; then
+			if ((swept < 1)) || ! grep -q "sweep of node $n at the job's end failed" "$out"; then
+				bad "sweep: node $n (down): $swept sweeps, want the start's and a failed end"
+			fi
+		elif ((swept < 2)); then
+			bad "sweep: node $n: $swept sweeps, want 2 (the job's start and end)"
+		fi
+	done
+	say "sweep: $(grep -o 'gearrun: sweep of [^:]*: removed [0-9]* segments' "$out" | sed 's/gearrun: sweep of //' | paste -sd ';' -)"
+fi
 if [[ -n $expect ]] && ! grep -Eq "$expect" "$out"; then
 	bad "expect: no line matching '$expect' (output: $out)"
 fi
