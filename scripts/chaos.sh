@@ -108,6 +108,9 @@ last_table() { grep -o 'table *[0-9]*' "$out" | tail -1 | grep -o '[0-9]*$'; }
 last_ckpt_rows() { grep -o 'checkpoint [^ ]*: [0-9]* rows' "$out" | tail -1 | sed 's/.*: \([0-9]*\) rows/\1/'; }
 
 # Start the job.
+# The job's checkpoint directory (under $XDG_STATE_HOME) in the work
+# directory, not the user's state directory.
+export XDG_STATE_HOME=$work/state
 if ((slurm)); then
 	export GEAR_STATE_DIR=$work/state
 	ids=$("$gearrun" submit "$spec" 2>&1) || { echo "chaos: submit: $ids" >&2; exit 1; }
@@ -134,9 +137,6 @@ if ((slurm)); then
 	need=${need:-$world}
 	say "batch host $batch; $nodes nodes of $per_node ranks, $need ranks needed"
 else
-	# The job's checkpoint directory (under $XDG_STATE_HOME) in the work
-	# directory, not the user's state directory.
-	export XDG_STATE_HOME=$work/state
 	"$gearrun" run "$spec" >"$out" 2>&1 &
 	gpid=$!
 	job=
@@ -242,9 +242,17 @@ for ev in $(seq "$events"); do
 	ok=1
 	for _ in $(seq $((restart_wait * 5))); do
 		(($(restarts_seen) > before)) && break
+		running || break
 		sleep 0.2
 	done
 	if (($(restarts_seen) <= before)); then
+		if ! running; then
+			# The job ended (solved) before the harm was noticed: the event
+			# made no restart and does not count.
+			caused=$((caused - 1))
+			say "event $ev: $what: the job ended before a restart"
+			break
+		fi
 		bad "event $ev: $what: no restart within ${restart_wait}s"
 		break
 	fi
@@ -277,7 +285,13 @@ done
 
 # The end.
 if ((slurm)); then
-	"$gearrun" status --wait "$job" >/dev/null 2>&1
+	# The batch script writes the exit file as gearrun ends; SLURM may
+	# count the job as COMPLETING long after (until it takes a node that
+	# went down for DOWN, SlurmdTimeout).
+	for _ in $(seq $((restart_wait * 5))); do
+		running || break
+		sleep 0.2
+	done
 	code=$(cat "$GEAR_STATE_DIR/jobs/$job/exit" 2>/dev/null || echo missing)
 else
 	wait "$gpid"
@@ -308,7 +322,7 @@ if ((slurm)); then
 	# the end (gearrun: sweep of NODE: ...), a node that went down aside,
 	# whose end sweep fails (its slurmd is gone) and which was swept at the
 	# start. The nodes share this machine's /dev/shm, checked above.
-	alloc=$(scontrol show hostnames "$(scontrol show job "$slurm_id" 2>/dev/null | sed -n 's/^ *NodeList=//p' | head -1)" 2>/dev/null)
+	alloc=$(sed -n 's/.* ranks on \([^ ]*\), rendezvous at .*/\1/p' "$out" | head -1 | tr , ' ')
 	for n in $alloc; do
 		swept=$(grep -c "gearrun: sweep of $n: removed" "$out")
 		if [[ " ${downed[*]} " == *" $n "* ]]; then
