@@ -224,7 +224,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runWorld(ctx, o, stdout, stderr)
 }
 
-// curveWriter writes the learning curve: one CSV row per episode.
+// curveWriter writes the learning curve: one CSV row per episode, written
+// through to the file as the episode ends.
 type curveWriter struct {
 	f *os.File
 	w *csv.Writer
@@ -262,6 +263,9 @@ func (c *curveWriter) add(p agent.Progress) {
 		strconv.FormatFloat(p.Elapsed.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(p.Return, 'f', -1, 64), strconv.FormatFloat(p.MeanReturn, 'f', 2, 64),
 	})
+	// Each episode reaches the file at once: a trainer killed for a restart
+	// loses no buffered part of the curve that the next generation appends to.
+	c.w.Flush()
 }
 
 func (c *curveWriter) close() error {

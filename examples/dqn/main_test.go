@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gear-rl/gear/examples/dqn/agent"
+
 	"go.uber.org/goleak"
 )
 
@@ -161,5 +163,45 @@ func TestPlotCompare(t *testing.T) {
 	}
 	if code := run([]string{"--plot", killed, "--compare", filepath.Join(dir, "missing.csv")}, &out, &errb); code != 1 {
 		t.Errorf("--compare of a missing file: exit %d, want 1", code)
+	}
+}
+
+// TestCurveAcrossRestarts: each episode is in the curve's file as soon as it
+// is added (a trainer killed with SIGKILL closes nothing), and a restarted
+// generation appends to the file without a second header.
+func TestCurveAcrossRestarts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "curve.csv")
+	c, err := openCurve(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.add(agent.Progress{Episodes: 1, Frames: 20, Return: 20, MeanReturn: 20})
+	c.add(agent.Progress{Episodes: 2, Frames: 50, Return: 30, MeanReturn: 25})
+	// No close: the first generation was killed.
+	c2, err := openCurve(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.add(agent.Progress{Episodes: 3, Frames: 90, Return: 40, MeanReturn: 30})
+	if err := c2.close(); err != nil {
+		t.Fatal(err)
+	}
+	c.f.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "episode,frames,wall_seconds,return,mean_return\n1,20,0.000,20,20.00\n2,50,0.000,30,25.00\n3,90,0.000,40,30.00\n"
+	if string(b) != want {
+		t.Errorf("curve:\n%s\nwant:\n%s", b, want)
+	}
+	// A fresh run starts the file afresh.
+	c3, err := openCurve(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3.close()
+	if b, _ := os.ReadFile(path); string(b) != "episode,frames,wall_seconds,return,mean_return\n" {
+		t.Errorf("fresh curve: %q", b)
 	}
 }
