@@ -67,9 +67,9 @@ type options struct {
 	dist dist.Config
 
 	// --plot mode.
-	plot, plotOut       string
-	compare             string
-	label, compareLabel string
+	plot, plotOut         string
+	compare, compareLabel []string
+	label                 string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -125,9 +125,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// --plot mode.
 	fs.StringVar(&o.plot, "plot", "", "draw the learning curve of this CSV (written by --curve) as a PNG, and exit")
 	fs.StringVar(&o.plotOut, "out", "", "the PNG --plot writes (default: the CSV's name with .png)")
-	fs.StringVar(&o.compare, "compare", "", "with --plot, also draw the running mean of this other run's CSV")
+	fs.Func("compare", "with --plot, also draw the running mean of this other run's CSV (repeatable, up to 3)", func(v string) error {
+		o.compare = append(o.compare, v)
+		return nil
+	})
 	fs.StringVar(&o.label, "label", "", "with --plot, the legend's name of the CSV's running mean")
-	fs.StringVar(&o.compareLabel, "compare-label", "", "with --compare, the legend's name of the other run's running mean (default: its file's name)")
+	fs.Func("compare-label", "the legend's name of the running mean of the --compare of the same place (default: its file's name)", func(v string) error {
+		o.compareLabel = append(o.compareLabel, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -28,15 +28,19 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 	if o.label != "" {
 		chart.MeanLabel = o.label
 	}
-	if o.compare != "" {
-		other, err := readCurve(o.compare)
+	if len(o.compare) > 3 {
+		fmt.Fprintf(stderr, "dqn: plot: %d --compare curves, at most 3\n", len(o.compare))
+		return 2
+	}
+	for i, path := range o.compare {
+		other, err := readCurve(path)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		label := o.compareLabel
-		if label == "" {
-			label = filepath.Base(o.compare)
+		label := filepath.Base(path)
+		if i < len(o.compareLabel) {
+			label = o.compareLabel[i]
 		}
 		chart.Compare = append(chart.Compare, plot.Series{Label: label, Points: other.Points})
 		chart.Subtitle += "; " + label + ": " + other.Subtitle[strings.LastIndex(other.Subtitle, "final mean"):]
