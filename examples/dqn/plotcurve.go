@@ -28,6 +28,7 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 	if o.label != "" {
 		chart.MeanLabel = o.label
 	}
+	said := chart.Subtitle // the subtitle and the other runs' final means
 	if len(o.compare) > 3 {
 		fmt.Fprintf(stderr, "dqn: plot: %d --compare curves, at most 3\n", len(o.compare))
 		return 2
@@ -43,7 +44,7 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 			label = o.compareLabel[i]
 		}
 		chart.Compare = append(chart.Compare, plot.Series{Label: label, Points: other.Points})
-		chart.Subtitle += "; " + label + ": " + other.Subtitle[strings.LastIndex(other.Subtitle, "final mean"):]
+		said += "; " + label + ": " + other.Subtitle[strings.LastIndex(other.Subtitle, "final mean"):]
 	}
 	f, err := os.Create(out)
 	if err != nil {
@@ -59,7 +60,7 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 		os.Remove(out)
 		return 1
 	}
-	fmt.Fprintf(stdout, "dqn: plot: %s: %s\n", out, chart.Subtitle)
+	fmt.Fprintf(stdout, "dqn: plot: %s: %s\n", out, said)
 	return 0
 }
 
