@@ -20,7 +20,9 @@
 #             local cluster share this machine's /dev/shm, the node left out
 #             included);
 #   expect    with --expect RE, the job printed a line matching RE (for the
-#             DQN jobs: "dqn: solved").
+#             DQN jobs: "dqn: solved");
+#   events    all N events happened before the job ended, and each restart
+#             was one event's (none a false loss).
 #
 # It prints a line per event and a verdict last, and exits 0 only when every
 # invariant held (1 otherwise, 2 for a usage error).
@@ -298,6 +300,9 @@ else
 	code=$?
 fi
 say "job ended with exit code $code after $caused events"
+if (($(restarts_seen) != caused)); then
+	bad "restarts: $(restarts_seen) restarts for $caused events (a loss that no event caused: a false loss?)"
+fi
 if ((caused < events)); then
 	bad "events: $caused of $events happened before the job ended (a smaller CHAOS_GAP leaves room for more)"
 fi
