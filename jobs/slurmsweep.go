@@ -30,8 +30,8 @@ const sweepWait = 10 * time.Second
 // SweepNode removes the shared-memory segments (in shmDir; "" means
 // /dev/shm) that gear jobs surely gone left on this node (launch.CleanStale,
 // with the runtime directory runtimeDir, "" for the default), and every
-// segment of job jobID, and prints one line to w naming what it removed,
-// if anything. It is what `gearrun run --slurm-sweep` runs on each node of
+// segment of job jobID, and prints one line to w naming the node and what
+// it removed (0 segments too: the line says the node was swept). It is what `gearrun run --slurm-sweep` runs on each node of
 // a SLURM job at the job's start and end; the caller makes sure that no
 // rank of jobID runs on the node.
 func SweepNode(shmDir, runtimeDir, jobID string, w io.Writer) error {
@@ -46,13 +46,12 @@ func SweepNode(shmDir, runtimeDir, jobID string, w io.Writer) error {
 			errs = append(errs, err.Error())
 		}
 	}
-	if n := len(stale.Segments) + len(mine); n > 0 {
-		host, _ := os.Hostname()
-		if node := os.Getenv(rank.EnvSlurmdNodeName); node != "" {
-			host = node
-		}
-		fmt.Fprintf(w, "gearrun: %s: removed %d segments (%d of job %s, %d of ended jobs)\n", host, n, len(mine), jobID, len(stale.Segments))
+	host, _ := os.Hostname()
+	if node := os.Getenv(rank.EnvSlurmdNodeName); node != "" {
+		host = node
 	}
+	fmt.Fprintf(w, "gearrun: sweep of %s: removed %d segments (%d of job %s, %d of ended jobs)\n",
+		host, len(stale.Segments)+len(mine), len(mine), jobID, len(stale.Segments))
 	if len(errs) > 0 {
 		return fmt.Errorf("jobs: sweep: %s", strings.Join(errs, "; "))
 	}

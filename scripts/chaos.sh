@@ -20,7 +20,9 @@
 #             local cluster share this machine's /dev/shm, the node left out
 #             included);
 #   expect    with --expect RE, the job printed a line matching RE (for the
-#             DQN jobs: "dqn: solved").
+#             DQN jobs: "dqn: solved");
+#   events    all N events happened before the job ended, and each restart
+#             was one event's (none a false loss).
 #
 # It prints a line per event and a verdict last, and exits 0 only when every
 # invariant held (1 otherwise, 2 for a usage error).
@@ -108,12 +110,34 @@ last_table() { grep -o 'table *[0-9]*' "$out" | tail -1 | grep -o '[0-9]*$'; }
 last_ckpt_rows() { grep -o 'checkpoint [^ ]*: [0-9]* rows' "$out" | tail -1 | sed 's/.*: \([0-9]*\) rows/\1/'; }
 
 # Start the job.
+# The job's checkpoint directory (under $XDG_STATE_HOME) in the work
+# directory, not the user's state directory.
+export XDG_STATE_HOME=$work/state
 if ((slurm)); then
 	export GEAR_STATE_DIR=$work/state
 	ids=$("$gearrun" submit "$spec" 2>&1) || { echo "chaos: submit: $ids" >&2; exit 1; }
 	job=$(grep -Eo '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}' <<<"$ids" | head -1)
+	slurm_id=$(sed -n 's/^SLURM job ID: *//p' <<<"$ids")
 	ln -sf "$GEAR_STATE_DIR/jobs/$job/output.log" "$out"
-	say "submitted job $job ($ids)"
+	say "submitted job $job (SLURM job $slurm_id)"
+	# The batch host runs gearrun itself: its loss ends the job, as SLURM's
+	# does, so no node event takes it. Another node may go down while the
+	# nodes left hold the job: ntasks_per_node each (else the first world's
+	# share), at least min_np ranks, else every rank.
+	for _ in $(seq 300); do
+		batch=$(scontrol show job "$slurm_id" 2>/dev/null | grep -o 'BatchHost=[^ ]*' | cut -d= -f2)
+		[[ -n $batch && $batch != "(null)" ]] && break
+		sleep 0.2
+	done
+	batch_ns=gearslurm-$batch
+	nodes=$(sed -n '/^\[slurm\]/,/^\[/s/^nodes *= *\([0-9]*\).*/\1/p' "$spec" | head -1)
+	nodes=${nodes:-1}
+	world=$(sed -n 's/^np *= *\([0-9]*\).*/\1/p' "$spec" | awk '{ n += $1 } END { print n + 0 }')
+	per_node=$(sed -n 's/^ntasks_per_node *= *\([0-9]*\).*/\1/p' "$spec" | head -1)
+	per_node=${per_node:-$(((world + nodes - 1) / nodes))}
+	need=$(sed -n 's/^min_np *= *\([0-9]*\).*/\1/p' "$spec" | head -1)
+	need=${need:-$world}
+	say "batch host $batch; $nodes nodes of $per_node ranks, $need ranks needed"
 else
 	"$gearrun" run "$spec" >"$out" 2>&1 &
 	gpid=$!
@@ -153,6 +177,9 @@ wait_world() {
 }
 
 gen=0
+down=0 downed=()
+batch_ns=${batch_ns:-}
+nodes=${nodes:-1} per_node=${per_node:-1} need=${need:-1}
 caused=0 # events that made the world restart
 code_expected=0
 last_resumed=0
@@ -161,11 +188,21 @@ for ev in $(seq "$events"); do
 	sleep $((gap + RANDOM % (gap > 0 ? gap : 1)))
 	running || { say "event $ev: the job ended before it"; break; }
 	kinds=(kill stop)
-	((slurm)) && kinds+=(node)
-	kind=${kinds[RANDOM % ${#kinds[@]}]}
 	mapfile -t rk < <(ranks)
 	((${#rk[@]})) || { say "event $ev: no rank to harm"; break; }
-	read -r pid rnk role <<<"${rk[RANDOM % ${#rk[@]}]}"
+	# A node may go down when one more loss leaves enough slots and a rank
+	# runs on a node other than the batch host.
+	mapfile -t nrk < <(for l in "${rk[@]}"; do
+		ns=$(ip netns identify "${l%% *}" 2>/dev/null)
+		[[ -n $ns && $ns != "$batch_ns" ]] && echo "$l"
+	done)
+	((slurm && ${#nrk[@]} && (nodes - down - 1) * per_node >= need)) && kinds+=(node)
+	kind=${kinds[RANDOM % ${#kinds[@]}]}
+	if [[ $kind == node ]]; then
+		read -r pid rnk role <<<"${nrk[RANDOM % ${#nrk[@]}]}"
+	else
+		read -r pid rnk role <<<"${rk[RANDOM % ${#rk[@]}]}"
+	fi
 	old=$(for l in "${rk[@]}"; do echo "${l%% *}"; done)
 	rows_before=$(last_table)
 	rows_before=${rows_before:-0}
@@ -184,9 +221,17 @@ for ev in $(seq "$events"); do
 	node)
 		node=$(ip netns identify "$pid" 2>/dev/null)
 		what="node ${node#gearslurm-} down (rank $rnk, $role)"
-		rows_before=$(last_ckpt_rows)
-		rows_before=${rows_before:-0}
+		# A trainer lost with its node resumes its last shard checkpoint.
+		for l in "${rk[@]}"; do
+			read -r p _ r <<<"$l"
+			if [[ $r == trainer && $(ip netns identify "$p" 2>/dev/null) == "$node" ]]; then
+				rows_before=$(last_ckpt_rows)
+				rows_before=${rows_before:-0}
+			fi
+		done
 		for p in $(ip netns pids "$node" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+		down=$((down + 1))
+		downed+=("${node#gearslurm-}")
 		;;
 	esac
 	caused=$((caused + 1))
@@ -199,9 +244,17 @@ for ev in $(seq "$events"); do
 	ok=1
 	for _ in $(seq $((restart_wait * 5))); do
 		(($(restarts_seen) > before)) && break
+		running || break
 		sleep 0.2
 	done
 	if (($(restarts_seen) <= before)); then
+		if ! running; then
+			# The job ended (solved) before the harm was noticed: the event
+			# made no restart and does not count.
+			caused=$((caused - 1))
+			say "event $ev: $what: the job ended before a restart"
+			break
+		fi
 		bad "event $ev: $what: no restart within ${restart_wait}s"
 		break
 	fi
@@ -234,13 +287,26 @@ done
 
 # The end.
 if ((slurm)); then
-	"$gearrun" status --wait "$job" >/dev/null 2>&1
+	# The batch script writes the exit file as gearrun ends; SLURM may
+	# count the job as COMPLETING long after (until it takes a node that
+	# went down for DOWN, SlurmdTimeout).
+	for _ in $(seq $((restart_wait * 5))); do
+		running || break
+		sleep 0.2
+	done
 	code=$(cat "$GEAR_STATE_DIR/jobs/$job/exit" 2>/dev/null || echo missing)
 else
 	wait "$gpid"
 	code=$?
 fi
 say "job ended with exit code $code after $caused events"
+# Each event restarts the job, but the one that spends the budget.
+if (($(restarts_seen) != (caused > restarts ? restarts : caused))); then
+	bad "restarts: $(restarts_seen) restarts for $caused events (a loss that no event caused: a false loss?)"
+fi
+if ((caused < events)); then
+	bad "events: $caused of $events happened before the job ended (a smaller CHAOS_GAP leaves room for more)"
+fi
 if [[ $code_expected == 0 && $code != 0 ]]; then
 	bad "exit: $code, want 0 (restarts used $caused of $restarts)"
 elif [[ $code_expected == nonzero && $code == 0 ]]; then
@@ -256,6 +322,24 @@ segs=$(ls /dev/shm 2>/dev/null | grep -F "gear.$job." | tr '\n' ' ')
 if [[ -n $segs ]]; then
 	bad "shm: segments of the job left: $segs"
 	for s in $segs; do rm -f "/dev/shm/$s"; done
+fi
+if ((slurm)); then
+	# The sweep ran on every node of the allocation at the start and at
+	# the end (gearrun: sweep of NODE: ...), a node that went down aside,
+	# whose end sweep fails (its slurmd is gone) and which was swept at the
+	# start. The nodes share this machine's /dev/shm, checked above.
+	alloc=$(sed -n 's/.* ranks on \([^ ]*\), rendezvous at .*/\1/p' "$out" | head -1 | tr , ' ')
+	for n in $alloc; do
+		swept=$(grep -c "gearrun: sweep of $n: removed" "$out")
+		if [[ " ${downed[*]} " == *" $n "* ]]; then
+			if ((swept < 1)) || ! grep -q "sweep of node $n at the job's end failed" "$out"; then
+				bad "sweep: node $n (down): $swept sweeps, want the start's and a failed end"
+			fi
+		elif ((swept < 2)); then
+			bad "sweep: node $n: $swept sweeps, want 2 (the job's start and end)"
+		fi
+	done
+	say "sweep: $(grep -o 'gearrun: sweep of [^:]*: removed [0-9]* segments' "$out" | sed 's/gearrun: sweep of //' | paste -sd ';' -)"
 fi
 if [[ -n $expect ]] && ! grep -Eq "$expect" "$out"; then
 	bad "expect: no line matching '$expect' (output: $out)"

@@ -35,7 +35,9 @@ func TestChaosShort(t *testing.T) {
 	cmd := exec.CommandContext(ctx, "bash", "scripts/chaos.sh", "--seed", "7", "--events", "2",
 		"--expect", "dqn: solved", "examples/jobs/dqn-elastic.toml")
 	cmd.Dir = root
-	cmd.Env = append(withoutRankEnv(), "GEARRUN="+gearrun, "CHAOS_DIR="+work, "TMPDIR="+work)
+	// Events 4 to 8 s apart, so that both happen before the job, which
+	// resumes its running mean across restarts, solves CartPole.
+	cmd.Env = append(withoutRankEnv(), "GEARRUN="+gearrun, "CHAOS_DIR="+work, "TMPDIR="+work, "CHAOS_GAP=4")
 	out, err := cmd.CombinedOutput()
 	t.Logf("chaos.sh:\n%s", out)
 	if err != nil {

@@ -67,7 +67,9 @@ type options struct {
 	dist dist.Config
 
 	// --plot mode.
-	plot, plotOut string
+	plot, plotOut         string
+	compare, compareLabel []string
+	label                 string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -123,6 +125,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// --plot mode.
 	fs.StringVar(&o.plot, "plot", "", "draw the learning curve of this CSV (written by --curve) as a PNG, and exit")
 	fs.StringVar(&o.plotOut, "out", "", "the PNG --plot writes (default: the CSV's name with .png)")
+	fs.Func("compare", "with --plot, also draw the running mean of this other run's CSV (repeatable, up to 3)", func(v string) error {
+		o.compare = append(o.compare, v)
+		return nil
+	})
+	fs.StringVar(&o.label, "label", "", "with --plot, the legend's name of the CSV's running mean")
+	fs.Func("compare-label", "the legend's name of the running mean of the --compare of the same place (default: its file's name)", func(v string) error {
+		o.compareLabel = append(o.compareLabel, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -219,22 +230,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runWorld(ctx, o, stdout, stderr)
 }
 
-// curveWriter writes the learning curve: one CSV row per episode.
+// curveWriter writes the learning curve: one CSV row per episode, written
+// through to the file as the episode ends.
 type curveWriter struct {
 	f *os.File
 	w *csv.Writer
 }
 
-func openCurve(path string) (*curveWriter, error) {
+// openCurve opens the learning curve at path (nil when path is empty).
+// With resume (a restarted generation of a job), it appends to what the
+// earlier generation wrote, so that the file holds the whole run; otherwise
+// it starts the file afresh.
+func openCurve(path string, resume bool) (*curveWriter, error) {
 	if path == "" {
 		return nil, nil
 	}
-	f, err := os.Create(path)
+	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if resume {
+		flag = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	f, err := os.OpenFile(path, flag, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("dqn: %w", err)
 	}
 	c := &curveWriter{f: f, w: csv.NewWriter(f)}
-	_ = c.w.Write([]string{"episode", "frames", "wall_seconds", "return", "mean_return"})
+	if fi, err := f.Stat(); err == nil && fi.Size() == 0 {
+		_ = c.w.Write([]string{"episode", "frames", "wall_seconds", "return", "mean_return"})
+	}
 	return c, nil
 }
 
@@ -247,6 +269,9 @@ func (c *curveWriter) add(p agent.Progress) {
 		strconv.FormatFloat(p.Elapsed.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(p.Return, 'f', -1, 64), strconv.FormatFloat(p.MeanReturn, 'f', 2, 64),
 	})
+	// Each episode reaches the file at once: a trainer killed for a restart
+	// loses no buffered part of the curve that the next generation appends to.
+	c.w.Flush()
 }
 
 func (c *curveWriter) close() error {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/csv"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gear-rl/gear/examples/dqn/agent"
 	"github.com/gear-rl/gear/internal/statehome"
 	"go.uber.org/goleak"
 )
@@ -124,5 +126,83 @@ func TestNotSolvedExitsOne(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "not solved: ") || !strings.Contains(out.String(), "300 frames") {
 		t.Fatalf("output %q", out.String())
+	}
+}
+
+// TestPlotCompare: --compare draws a second run's running mean beside the
+// first's and names both final means.
+func TestPlotCompare(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, base float64) string {
+		var b strings.Builder
+		b.WriteString("episode,frames,wall_seconds,return,mean_return\n")
+		for i := 1; i <= 10; i++ {
+			fmt.Fprintf(&b, "%d,%d,%d,%g,%g\n", i, 100*i, i, base+float64(i), base+float64(i)/2)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	killed, clean := write("killed.csv", 100), write("clean.csv", 200)
+	pngPath := filepath.Join(dir, "both.png")
+	var out, errb bytes.Buffer
+	if code := run([]string{"--plot", killed, "--compare", clean, "--label", "with a kill", "--compare-label", "without", "--out", pngPath}, &out, &errb); code != 0 {
+		t.Fatalf("--plot --compare: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "final mean 105.0; without: final mean 205.0") {
+		t.Errorf("--plot --compare said %q", out.String())
+	}
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := png.Decode(f); err != nil {
+		t.Fatal(err)
+	}
+	if code := run([]string{"--plot", killed, "--compare", filepath.Join(dir, "missing.csv")}, &out, &errb); code != 1 {
+		t.Errorf("--compare of a missing file: exit %d, want 1", code)
+	}
+}
+
+// TestCurveAcrossRestarts: each episode is in the curve's file as soon as it
+// is added (a trainer killed with SIGKILL closes nothing), and a restarted
+// generation appends to the file without a second header.
+func TestCurveAcrossRestarts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "curve.csv")
+	c, err := openCurve(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.add(agent.Progress{Episodes: 1, Frames: 20, Return: 20, MeanReturn: 20})
+	c.add(agent.Progress{Episodes: 2, Frames: 50, Return: 30, MeanReturn: 25})
+	// No close: the first generation was killed.
+	c2, err := openCurve(path, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.add(agent.Progress{Episodes: 3, Frames: 90, Return: 40, MeanReturn: 30})
+	if err := c2.close(); err != nil {
+		t.Fatal(err)
+	}
+	c.f.Close()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "episode,frames,wall_seconds,return,mean_return\n1,20,0.000,20,20.00\n2,50,0.000,30,25.00\n3,90,0.000,40,30.00\n"
+	if string(b) != want {
+		t.Errorf("curve:\n%s\nwant:\n%s", b, want)
+	}
+	// A fresh run starts the file afresh.
+	c3, err := openCurve(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3.close()
+	if b, _ := os.ReadFile(path); string(b) != "episode,frames,wall_seconds,return,mean_return\n" {
+		t.Errorf("fresh curve: %q", b)
 	}
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // plotCurve draws the learning curve of o.plot (a CSV that --curve wrote) as a
-// PNG: the episode returns, their running mean and the target 475, by frames.
+// PNG: the episode returns, their running mean and the target 475, by frames;
+// with o.compare, another run's running mean beside it.
 func plotCurve(o *options, stdout, stderr io.Writer) int {
 	out := o.plotOut
 	if out == "" {
@@ -23,6 +24,27 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
+	}
+	if o.label != "" {
+		chart.MeanLabel = o.label
+	}
+	said := chart.Subtitle // the subtitle and the other runs' final means
+	if len(o.compare) > 3 {
+		fmt.Fprintf(stderr, "dqn: plot: %d --compare curves, at most 3\n", len(o.compare))
+		return 2
+	}
+	for i, path := range o.compare {
+		other, err := readCurve(path)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		label := filepath.Base(path)
+		if i < len(o.compareLabel) {
+			label = o.compareLabel[i]
+		}
+		chart.Compare = append(chart.Compare, plot.Series{Label: label, Points: other.Points})
+		said += "; " + label + ": " + other.Subtitle[strings.LastIndex(other.Subtitle, "final mean"):]
 	}
 	f, err := os.Create(out)
 	if err != nil {
@@ -38,7 +60,7 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 		os.Remove(out)
 		return 1
 	}
-	fmt.Fprintf(stdout, "dqn: plot: %s: %s\n", out, chart.Subtitle)
+	fmt.Fprintf(stdout, "dqn: plot: %s: %s\n", out, said)
 	return 0
 }
 

@@ -12,7 +12,7 @@ import (
 // runSingle trains in one process: every role, one after the other, the
 // fastest way to solve and reproducible for a seed.
 func runSingle(ctx context.Context, o *options, stdout, stderr io.Writer) int {
-	curve, err := openCurve(o.curve)
+	curve, err := openCurve(o.curve, false)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 2

@@ -70,7 +70,7 @@ func runWorld(ctx context.Context, o *options, stdout, stderr io.Writer) int {
 			var err error
 			mu.Lock()
 			defer mu.Unlock()
-			curve, err = openCurve(o.curve)
+			curve, err = openCurve(o.curve, w.RestartCount() > 0)
 			status = newStatus(stdout, isTerminal(stdout), o.report)
 			window, policy, envs = c.Window, s.Policies, c.EnvsPerActor
 			return err

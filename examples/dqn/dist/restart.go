@@ -275,8 +275,9 @@ func (r *rankRun) checkpointShards(ctx context.Context, shard *store.Shard, dir 
 // CheckpointEvery, so that a restarted generation continues the same
 // learning instead of starting its optimizer and its table's pacing afresh:
 // the online parameters and the learner's state (target network, Adam's
-// moments), and the rate limiter's counts with the table's size when they
-// were taken.
+// moments), the rate limiter's counts with the table's size when they
+// were taken, and (the publishing trainer's) the episodes counted with the
+// ring of their last returns, so that the running mean goes on.
 type trainerState struct {
 	Online   []float32
 	Learner  agent.LearnerState
@@ -285,6 +286,8 @@ type trainerState struct {
 	Size     int
 	Label    uint64 // checkpointLabel of the writer
 	Trainers int
+	Episodes int       // episodes the board counted
+	Returns  []float64 // the board's ring of the last Window returns
 }
 
 // trainerStateFile is the path of trainer index's state checkpoint.

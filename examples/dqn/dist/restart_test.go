@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/gear-rl/gear/examples/dqn/agent"
 )
 
 // TestOrphans: with 2 trainers left of 5, trainer 0 takes the checkpoints of
@@ -41,5 +43,44 @@ func TestKeysAndLabels(t *testing.T) {
 	}
 	if got := describeLabel(checkpointLabel(3, 2, 1)); got != "generation 3, trainer 1 of 2" {
 		t.Fatalf("label: %q", got)
+	}
+}
+
+// TestBoardResume: the episodes and the ring of returns that a trainer
+// state checkpoint carries put a new generation's board where the old one
+// was: the same episode count and running mean, and the next episode goes
+// on from there as it would have in the old generation.
+func TestBoardResume(t *testing.T) {
+	const window = 4
+	old := &board{returns: make([]float64, window), target: 100}
+	for i := range 6 {
+		old.episode(agent.Episode{Return: float64(10 * (i + 1))}, int64(i), 0)
+	}
+	dir := t.TempDir()
+	s := &trainerState{Trainers: 1}
+	s.Episodes, s.Returns = old.save()
+	if err := saveTrainerState(trainerStateFile(dir, 0), s); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := loadTrainerState(dir, 0)
+	if err != nil || got == nil {
+		t.Fatalf("loadTrainerState: %v, %v", got, err)
+	}
+	nb := &board{returns: make([]float64, window), target: 100}
+	nb.resume(got.Episodes, got.Returns)
+	if p, q := nb.snapshot(), old.snapshot(); p.Episodes != 6 || p.MeanReturn != q.MeanReturn || p.MeanReturn != 45 {
+		t.Errorf("resumed board: %d episodes, mean %v; want 6, %v (45)", p.Episodes, p.MeanReturn, q.MeanReturn)
+	}
+	want, _ := old.episode(agent.Episode{Return: 70}, 7, 0)
+	p, _ := nb.episode(agent.Episode{Return: 70}, 7, 0)
+	if p.Episodes != want.Episodes || p.MeanReturn != want.MeanReturn {
+		t.Errorf("next episode: %d, mean %v; want %d, %v", p.Episodes, p.MeanReturn, want.Episodes, want.MeanReturn)
+	}
+	// A ring of another window, or none (an older checkpoint), leaves the
+	// board fresh.
+	fresh := &board{returns: make([]float64, window+1)}
+	fresh.resume(got.Episodes, got.Returns)
+	if p := fresh.snapshot(); p.Episodes != 0 {
+		t.Errorf("resume with another window: %d episodes, want 0", p.Episodes)
 	}
 }

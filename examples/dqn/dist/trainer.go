@@ -58,6 +58,35 @@ func (bd *board) episode(ep agent.Episode, frames int64, elapsed time.Duration) 
 	return bd.p, bd.solved
 }
 
+// save returns the episodes the board has counted and the ring of their
+// last returns, for a trainer state checkpoint.
+func (bd *board) save() (episodes int, returns []float64) {
+	bd.mu.Lock()
+	defer bd.mu.Unlock()
+	return bd.p.Episodes, slices.Clone(bd.returns)
+}
+
+// resume puts back the episodes and the ring of returns that save gave an
+// earlier generation, so that the episode count and the running mean go on
+// from where they were; a ring of another window is ignored.
+func (bd *board) resume(episodes int, returns []float64) {
+	bd.mu.Lock()
+	defer bd.mu.Unlock()
+	if episodes <= 0 || len(returns) != len(bd.returns) {
+		return
+	}
+	copy(bd.returns, returns)
+	bd.p.Episodes, bd.sum = episodes, 0
+	n := min(episodes, len(returns))
+	for i := range n {
+		bd.sum += returns[i]
+	}
+	bd.p.MeanReturn = bd.sum / float64(n)
+	if !bd.solved && bd.target > 0 && episodes >= len(returns) && bd.p.MeanReturn >= bd.target {
+		bd.solved, bd.solvedN = true, episodes
+	}
+}
+
 func (bd *board) snapshot() Progress {
 	bd.mu.Lock()
 	defer bd.mu.Unlock()
@@ -196,6 +225,11 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 	start := r.hooks.Clock.Now()
 	bd := &board{returns: make([]float64, cfg.Window), target: cfg.TargetReturn}
 	bd.p.Actors = len(r.plan.Actors)
+	if ts != nil && publisher && ts.Episodes > 0 {
+		bd.resume(ts.Episodes, ts.Returns)
+		p := bd.snapshot()
+		r.hooks.Logf("trainer %d: episodes resumed: %d, mean return %.1f", r.trainerIndex(r.me), p.Episodes, p.MeanReturn)
+	}
 	var maxPrio atomic.Uint64 // float64 bits: the priority of new transitions
 	maxPrio.Store(math.Float64bits(learner.MaxPriority()))
 
@@ -347,6 +381,7 @@ func (r *rankRun) saveState(t trainLoop, next *time.Time) error {
 		Inserts: info.Inserts, Samples: info.Samples, Size: info.Size,
 		Label: checkpointLabel(restartCount(r.b), nt, ti), Trainers: nt,
 	}
+	s.Episodes, s.Returns = t.bd.save()
 	return saveTrainerState(trainerStateFile(dir, ti), s)
 }
 
