@@ -19,6 +19,15 @@ func ShmBytes(localRanks int, t Tuning) int64 {
 	return int64(localRanks)*shmSegmentBytes(localRanks, ring) + boardBytes(localRanks)
 }
 
+// ShmBoardBytes is the part of ShmBytes that the host's board of localRanks
+// ranks takes (the one-step AllReduce and Barrier of docs/collectives.md).
+func ShmBoardBytes(localRanks int) int64 {
+	if localRanks < 2 || !shmAvailable() {
+		return 0
+	}
+	return boardBytes(localRanks)
+}
+
 // ShmSetupBytes is the shared memory that setting up the world communicators
 // of localRanks ranks on one host takes: the control blocks of their inboxes.
 // Frames add the pages of the rings they cross; a small message between two

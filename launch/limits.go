@@ -148,8 +148,8 @@ func checkShm(p *Plan, lim HostLimits, baseEnv []string) error {
 	if need <= lim.ShmFree {
 		return nil
 	}
-	return fmt.Errorf("launch: %d ranks on this host plan %s of shared memory for their communicator (%d inboxes of %d rings of %s), over the %s free in %s; run fewer ranks per host, free %s (gearrun clean), enlarge it (mount -o remount,size=... %s), or have the ranks use TCP (-x %s=tcp)",
-		local, FormatBytes(need), local, local, FormatBytes(int64(collective.ShmRingBytes(local, t))), FormatBytes(lim.ShmFree), lim.ShmDir, lim.ShmDir, lim.ShmDir, rank.EnvTransport)
+	return fmt.Errorf("launch: %d ranks on this host plan %s of shared memory for their communicator (%d inboxes of %d rings of %s, a board of %s), over the %s free in %s; run fewer ranks per host, free %s (gearrun clean), enlarge it (mount -o remount,size=... %s), or have the ranks use TCP (-x %s=tcp)",
+		local, FormatBytes(need), local, local, FormatBytes(int64(collective.ShmRingBytes(local, t))), FormatBytes(collective.ShmBoardBytes(local)), FormatBytes(lim.ShmFree), lim.ShmDir, lim.ShmDir, lim.ShmDir, rank.EnvTransport)
 }
 
 // writeShmBudget prints, for every node with ranks that share memory, what
@@ -161,8 +161,8 @@ func (p *Plan) writeShmBudget(b *strings.Builder) {
 	for node := range p.NumNodes {
 		n := perNode[node]
 		if need := collective.ShmBytes(n, t); need > 0 {
-			fmt.Fprintf(b, "shared memory node %d: %d ranks, at most %s (%d inboxes of %d rings of %s), %s at setup\n",
-				node, n, FormatBytes(need), n, n, FormatBytes(int64(collective.ShmRingBytes(n, t))), FormatBytes(collective.ShmSetupBytes(n)))
+			fmt.Fprintf(b, "shared memory node %d: %d ranks, at most %s (%d inboxes of %d rings of %s, a board of %s), %s at setup\n",
+				node, n, FormatBytes(need), n, n, FormatBytes(int64(collective.ShmRingBytes(n, t))), FormatBytes(collective.ShmBoardBytes(n)), FormatBytes(collective.ShmSetupBytes(n)))
 		}
 	}
 }

@@ -286,7 +286,7 @@ role learner: ranks 1-3
 gpus group 1 (role learner, ranks 1-3): topology file ../../examples/topologies/a100-2x.toml
   GPUs 0,1, 2 per GPU, backend mps (training: GMIs must communicate, which MPS allows and MIG does not)
   GEAR_GMI_LAYOUT=[[1,2],[3]], strategy hierarchical (Algorithm 1: GPUs hold different numbers of GMIs)
-shared memory node 0: 4 ranks, at most 32.0 MiB (4 inboxes of 4 rings of 2.0 MiB), 32.0 KiB at setup
+shared memory node 0: 4 ranks, at most 32.4 MiB (4 inboxes of 4 rings of 2.0 MiB, a board of 388.0 KiB), 32.0 KiB at setup
 rank 0: local 0/4 node 0 role "actor"/0: ./actor
 rank 1: local 1/4 node 0 role "learner"/0: ./learner
   device GPU 0 GMI 0 mps 50%: CUDA_VISIBLE_DEVICES=0 CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50

@@ -542,7 +542,7 @@ torch env: MASTER_ADDR=127.0.0.1 MASTER_PORT=(a free port reserved at launch)
 role actor: ranks 0-1
 role learner: ranks 2
 env A=1
-shared memory node 0: 3 ranks, at most 18.0 MiB (3 inboxes of 3 rings of 2.0 MiB), 24.0 KiB at setup
+shared memory node 0: 3 ranks, at most 18.4 MiB (3 inboxes of 3 rings of 2.0 MiB, a board of 324.0 KiB), 24.0 KiB at setup
 rank 0: local 0/3 node 0 role "actor"/0: ./actor --fast
 rank 1: local 1/3 node 0 role "actor"/1: ./actor --fast
 rank 2: local 2/3 node 0 role "learner"/0: ./trainer

@@ -98,7 +98,7 @@ func TestCheckHost(t *testing.T) {
 		{"fits", plan(8), roomy, ""},
 		{"processes", plan(100), launch.HostLimits{Procs: 120, ProcsHard: 4096, ProcsUsed: 30, Files: 1 << 20}, "100 ranks and the 30 tasks you run now exceed your process limit of 120 (RLIMIT_NPROC"},
 		{"files", plan(1000), launch.HostLimits{Files: 1024, FilesHard: 1024, ShmFree: -1}, "1000 ranks need about 4064 open files in the launcher (4 per rank), over its hard limit of 1024 (RLIMIT_NOFILE"},
-		{"shm", plan(4), launch.HostLimits{Files: 1 << 20, ShmDir: "/dev/shm", ShmFree: 16 << 20}, "4 ranks on this host plan 32.0 MiB of shared memory for their communicator (4 inboxes of 4 rings of 2.0 MiB), over the 16.0 MiB free in /dev/shm"},
+		{"shm", plan(4), launch.HostLimits{Files: 1 << 20, ShmDir: "/dev/shm", ShmFree: 16 << 20}, "4 ranks on this host plan 32.4 MiB of shared memory for their communicator (4 inboxes of 4 rings of 2.0 MiB, a board of 388.0 KiB), over the 16.0 MiB free in /dev/shm"},
 		{"shm over tcp", plan(4, rank.EnvTransport+"=tcp"), launch.HostLimits{Files: 1 << 20, ShmDir: "/dev/shm", ShmFree: 16 << 20}, ""},
 		{"one rank takes no shm", plan(1), launch.HostLimits{Files: 1 << 20, ShmDir: "/dev/shm", ShmFree: 0}, ""},
 	} {
