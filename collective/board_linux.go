@@ -28,6 +28,7 @@ import (
 //	0      arrivals u64: every rank adds one per call; n per call in all
 //	128    generation u32: the number of the last call reduced (the futex word)
 //	256    sleepers u32: ranks sleeping on the generation
+//	384    reducer u32: the local rank that arrived last at the latest call
 //	512    slot headers: 64 bytes per rank (the call's header, the arrival's
 //	       call number), then 2 for the results (a verdict)
 //	ctl    n slots of boardSlot bytes, then 2 result buffers of boardSlot bytes
@@ -40,6 +41,7 @@ const (
 	offArrivals   = 0
 	offGeneration = 128
 	offSleepers   = 256
+	offReducer    = 384
 	offBoardHdrs  = 512
 	boardHdr      = 64
 )
@@ -64,6 +66,7 @@ type board struct {
 func (b *board) arrivals() *uint64   { return u64at(b.mem, offArrivals) }
 func (b *board) generation() *uint32 { return u32at(b.mem, offGeneration) }
 func (b *board) sleepers() *uint32   { return u32at(b.mem, offSleepers) }
+func (b *board) reducer() *uint32    { return u32at(b.mem, offReducer) }
 func (b *board) hdr(i int) []byte {
 	off := offBoardHdrs + boardHdr*i
 	return b.mem[off : off+boardHdr : off+boardHdr]
@@ -98,7 +101,8 @@ func (t *shmTransport) boardCall(ctx context.Context, h header, k kernel, buf []
 	want := uint32(g + 1)
 	if atomic.AddUint64(b.arrivals(), 1)%uint64(n) == 0 {
 		// Last: reduce in rank order, so that the result does not depend on
-		// who came last.
+		// who came last. The waiters watch this rank while it does.
+		atomic.StoreUint32(b.reducer(), uint32(me))
 		bad := uint32(0)
 		var h0, oh header
 		h0.decode(b.hdr(0))
@@ -197,8 +201,16 @@ func (t *shmTransport) boardWait(ctx context.Context, want uint32) error {
 		}
 		if round > 0 {
 			// Slept once already: are the ranks that did not arrive still there?
+			// When all arrived, the last is reducing: is it still there? (A
+			// rank that closed cannot be reducing: Close waits for its call.)
+			all := atomic.LoadUint64(b.arrivals()) >= uint64(b.n)*b.seq
+			if all {
+				if i := int(atomic.LoadUint32(b.reducer())); i != t.me && i < b.n && t.peerExited(i) {
+					return t.lost(t.peers[i].rank, fmt.Sprintf("process %d exited", t.peers[i].pid))
+				}
+			}
 			for i := range b.n {
-				if i == t.me || atomic.LoadUint64(b.arrived(i)) == b.seq {
+				if all || i == t.me || atomic.LoadUint64(b.arrived(i)) == b.seq {
 					continue
 				}
 				if atomic.LoadUint32(t.segs[i].closed()) != 0 {

@@ -11,6 +11,8 @@
 #   shm   gear's default (shared memory on one host)  against Open MPI's default
 #         (its shared-memory BTL, vader)
 #   tcp   GEAR_TRANSPORT=tcp                          against mpirun --mca btl tcp,self
+#         on the loopback interface (MPI_TCP_IF, default lo: Open MPI's TCP
+#         BTL otherwise tries every interface, and fails on one it cannot bind)
 #
 # Both programs time the same way (see mpi_allreduce.c). For every size the
 # table gives each side's median round (the round's time is the program's own
@@ -19,6 +21,10 @@
 #
 # The wall time of every program run (start to exit, setup included) is
 # recorded too; the "wall" table gives each side's median per np and transport.
+#
+# LIMIT=S bounds every program run to S seconds of wall time (timeout(1), 0:
+# none): a run stopped there keeps the sizes it finished, and its wall time
+# shows in the table as "> S".
 #
 # BUSY=K starts K busy loops (shell processes that never sleep) before the
 # first round and stops them after the last, so that both sides run beside
@@ -36,7 +42,9 @@ ROUNDS=${ROUNDS:-5}
 ITERS=${ITERS:-20}
 NPS=${NPS:-2 4}
 TRANSPORTS=${TRANSPORTS:-shm tcp}
+MPI_TCP_IF=${MPI_TCP_IF:-lo}
 BUSY=${BUSY:-0}
+LIMIT=${LIMIT:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gear-allreduce.XXXXXX")}
 mkdir -p "$OUT"
@@ -63,6 +71,23 @@ done
 [ "$BUSY" -gt 0 ] && echo "allreduce.sh: $BUSY busy processes:$busy_pids" >&2
 
 now() { date +%s.%N; }
+# bounded runs a program under LIMIT with its output in the file $1; it prints
+# "unfinished" when LIMIT stopped it, and fails as the program does otherwise.
+bounded() {
+	out=$1
+	shift
+	if [ "$LIMIT" -le 0 ]; then
+		"$@" >"$out"
+		return
+	fi
+	rc=0
+	timeout -k 10 "$LIMIT" "$@" >"$out" || rc=$?
+	case $rc in
+	0) ;;
+	124 | 137) echo unfinished; echo "allreduce.sh: stopped after $LIMIT s: $*" >&2 ;;
+	*) return $rc ;;
+	esac
+}
 for round in $(seq 1 "$ROUNDS"); do
 	for np in $NPS; do
 		over=
@@ -70,19 +95,19 @@ for round in $(seq 1 "$ROUNDS"); do
 		for tr in $TRANSPORTS; do
 			case $tr in
 			shm) gearenv= mca= ;;
-			tcp) gearenv=GEAR_TRANSPORT=tcp mca="--mca btl tcp,self" ;;
+			tcp) gearenv=GEAR_TRANSPORT=tcp mca="--mca btl tcp,self --mca btl_tcp_if_include $MPI_TCP_IF" ;;
 			*) echo "allreduce.sh: unknown transport $tr (want shm or tcp)" >&2; exit 2 ;;
 			esac
 			echo "allreduce.sh: round $round, np $np, $tr" >&2
 			t0=$(now)
-			env $gearenv "$OUT/gearrun" --tag-output=false -np "$np" "$OUT/gearbench" allreduce --sizes "$SIZES" --iters "$ITERS" --json \
-				>"$OUT/gear.$tr.np$np.r$round.jsonl"
+			gs=$(bounded "$OUT/gear.$tr.np$np.r$round.jsonl" \
+				env $gearenv "$OUT/gearrun" --tag-output=false -np "$np" "$OUT/gearbench" allreduce --sizes "$SIZES" --iters "$ITERS" --json)
 			t1=$(now)
-			$MPIRUN $over $mca -np "$np" "$OUT/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --json \
-				>"$OUT/mpi.$tr.np$np.r$round.jsonl"
+			ms=$(bounded "$OUT/mpi.$tr.np$np.r$round.jsonl" \
+				$MPIRUN $over $mca -np "$np" "$OUT/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --json)
 			t2=$(now)
-			echo "gear $tr $np $(echo "$t1 - $t0" | bc)" >>"$OUT/wall.txt"
-			echo "mpi $tr $np $(echo "$t2 - $t1" | bc)" >>"$OUT/wall.txt"
+			echo "gear $tr $np $(echo "$t1 - $t0" | bc) $gs" >>"$OUT/wall.txt"
+			echo "mpi $tr $np $(echo "$t2 - $t1" | bc) $ms" >>"$OUT/wall.txt"
 		done
 	done
 done
@@ -131,7 +156,7 @@ stop_busy
 
 # Whole programs: each side's median wall time per transport and np.
 awk '
-{ k = $2 SUBSEP $3; if (!(k in seen)) { seen[k] = 1; order[++n] = k }; c = ++cnt[$1, k]; w[$1, k, c] = $4 }
+{ k = $2 SUBSEP $3; if (!(k in seen)) { seen[k] = 1; order[++n] = k }; c = ++cnt[$1, k]; w[$1, k, c] = $4; if ($5 == "unfinished") un[$1, k] = 1 }
 function med(who, k,    c, i, j, t, a) {
 	c = cnt[who, k]
 	for (i = 1; i <= c; i++) a[i] = w[who, k, i]
@@ -143,7 +168,10 @@ END {
 	for (i = 1; i <= n; i++) {
 		k = order[i]; split(k, p, SUBSEP)
 		g = med("gear", k); m = med("mpi", k)
-		printf "%4s %3d %12.2f %12.2f %9.2f\n", p[1], p[2], g, m, (m > 0) ? g / m : 0
+		gs = sprintf("%.2f", g); ms = sprintf("%.2f", m)
+		if (("gear", k) in un) gs = "> " limit
+		if (("mpi", k) in un) ms = "> " limit
+		printf "%4s %3d %12s %12s %9s\n", p[1], p[2], gs, ms, (("gear", k) in un || ("mpi", k) in un) ? "-" : sprintf("%.2f", (m > 0) ? g / m : 0)
 	}
-}' "$OUT/wall.txt"
+}' limit="$LIMIT" "$OUT/wall.txt"
 echo "allreduce.sh: raw results in $OUT" >&2
