@@ -278,13 +278,12 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	return c.end(x, c.observe(m, x, c.barrier(x)))
 }
 
-// barrier: on the host's board when the communicator uses it, else the
-// dissemination barrier.
+// barrier is the dissemination barrier, also where the communicator has a
+// board: a Barrier on frames meets the frames a mismatched call left behind
+// (a Broadcast whose ranks named other roots) on every rank, where a board
+// Barrier could let a rank through before such a frame reached it
+// (docs/collectives.md, "The board").
 func (c *Comm) barrier(x *call) error {
-	if c.boardMax > 0 {
-		x.h.algo = algoBoard
-		return c.board.boardCall(x.ctx, x.h, nil, nil)
-	}
 	x.h.algo = algoDissemination
 	return dissemination(x, c.all())
 }
