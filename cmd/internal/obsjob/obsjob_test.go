@@ -374,6 +374,19 @@ func TestMetricsAddrServesPrometheusText(t *testing.T) {
 	job := jobID(t)
 	startJob(t, job, "--metrics-addr", addr, "-np", "2", "obsjob", "-duration", "2m")
 	waitRanks(t, job, 2)
+	// Every family the job makes: the ranks' first collective calls and
+	// inserts come a little after they joined, so wait for all of them.
+	wants := []string{"gear_rank_up", "gear_collective_calls_total", "gear_collective_bytes_total",
+		"gear_collective_seconds_total", "gear_table_size", "gear_table_inserts_total", "gear_table_samples_total",
+		"gear_table_rate_limited_seconds_total", "gear_shard_rows", "gear_shard_writers"}
+	hasAll := func(text string) bool {
+		for _, w := range wants {
+			if !strings.Contains(text, "\n"+w+"{") {
+				return false
+			}
+		}
+		return true
+	}
 	var text string
 	deadline := time.Now().Add(patience)
 	for {
@@ -383,20 +396,18 @@ func TestMetricsAddrServesPrometheusText(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
 				text = string(b)
-				if strings.Contains(text, "gear_shard_writers") {
+				if hasAll(text) {
 					break
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no metrics with shards at %s after %v (last error %v):\n%s", addr, patience, err, text)
+			t.Fatalf("not every family of %v at %s after %v (last error %v):\n%s", wants, addr, patience, err, text)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	fams := parseProm(t, text)
-	for _, want := range []string{"gear_rank_up", "gear_collective_calls_total", "gear_collective_bytes_total",
-		"gear_collective_seconds_total", "gear_table_size", "gear_table_inserts_total", "gear_table_samples_total",
-		"gear_table_rate_limited_seconds_total", "gear_shard_rows", "gear_shard_writers"} {
+	for _, want := range wants {
 		if len(fams[want]) == 0 {
 			t.Errorf("no %s in:\n%s", want, text)
 		}
