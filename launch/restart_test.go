@@ -175,8 +175,15 @@ func TestRunSignalStopsRestarts(t *testing.T) {
 func TestRunSignalBeforeRestartDecided(t *testing.T) {
 	dir := t.TempDir()
 	p, err := NewPlan(Request{
-		Groups: []Group{{NP: 2, Argv: []string{"sh", "-c", `if [ "$GEAR_RANK" = 1 ]; then exit 3; fi
+		// Rank 1 fails only once rank 0 holds its trap: a SIGTERM that came
+		// before it would end rank 0 at once, the world would stop before the
+		// signal below, and the restart would be right.
+		Groups: []Group{{NP: 2, Argv: []string{"sh", "-c", `if [ "$GEAR_RANK" = 1 ]; then
+	while [ ! -e "$D/ready" ]; do sleep 0.01; done
+	exit 3
+fi
 trap 'echo term > "$D/term"' TERM
+: > "$D/ready"
 while :; do sleep 0.02; done`}}},
 		Env: []string{"D=" + dir}, MaxRestarts: 2, IsGoPackage: noGo,
 	})
