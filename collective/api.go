@@ -28,7 +28,7 @@ func AllReduce[T Number](ctx context.Context, c *Comm, buf []T, op Op) error {
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpAllReduce)
+	m := c.startCall(x, metrics.OpAllReduce)
 	return c.end(x, c.observe(m, x, c.allReduce(x, asBytes(buf))))
 }
 
@@ -42,7 +42,7 @@ func Reduce[T Number](ctx context.Context, c *Comm, buf []T, op Op, root int) er
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpReduce)
+	m := c.startCall(x, metrics.OpReduce)
 	return c.end(x, c.observe(m, x, c.reduce(x, asBytes(buf), root)))
 }
 
@@ -55,7 +55,7 @@ func Broadcast[T Elem](ctx context.Context, c *Comm, buf []T, root int) error {
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpBroadcast)
+	m := c.startCall(x, metrics.OpBroadcast)
 	return c.end(x, c.observe(m, x, c.broadcast(x, asBytes(buf), root)))
 }
 
@@ -70,7 +70,7 @@ func AllGather[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpAllGather)
+	m := c.startCall(x, metrics.OpAllGather)
 	return c.end(x, c.observe(m, x, c.allGather(x, asBytes(send), asBytes(recv))))
 }
 
@@ -84,7 +84,7 @@ func Gather[T Elem](ctx context.Context, c *Comm, send, recv []T, root int) erro
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpGather)
+	m := c.startCall(x, metrics.OpGather)
 	return c.end(x, c.observe(m, x, c.gather(x, asBytes(send), asBytes(recv), root)))
 }
 
@@ -98,7 +98,7 @@ func Scatter[T Elem](ctx context.Context, c *Comm, send, recv []T, root int) err
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpScatter)
+	m := c.startCall(x, metrics.OpScatter)
 	return c.end(x, c.observe(m, x, c.scatter(x, asBytes(send), asBytes(recv), root)))
 }
 
@@ -112,7 +112,7 @@ func ReduceScatter[T Number](ctx context.Context, c *Comm, send, recv []T, op Op
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpReduceScatter)
+	m := c.startCall(x, metrics.OpReduceScatter)
 	return c.end(x, c.observe(m, x, c.reduceScatter(x, asBytes(send), asBytes(recv))))
 }
 
@@ -127,7 +127,7 @@ func AllToAll[T Elem](ctx context.Context, c *Comm, send, recv []T) error {
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpAllToAll)
+	m := c.startCall(x, metrics.OpAllToAll)
 	return c.end(x, c.observe(m, x, c.allToAll(x, asBytes(send), asBytes(recv))))
 }
 
@@ -145,7 +145,7 @@ func Send[T Elem](ctx context.Context, c *Comm, buf []T, dst, tag int) error {
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpSend)
+	m := c.startCall(x, metrics.OpSend)
 	return c.end(x, c.observe(m, x, c.sendP2P(x, asBytes(buf), dst)))
 }
 
@@ -162,7 +162,7 @@ func Recv[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpRecv)
+	m := c.startCall(x, metrics.OpRecv)
 	return c.end(x, c.observe(m, x, c.recvP2P(x, asBytes(buf), src)))
 }
 
@@ -192,6 +192,6 @@ func SendRecv(ctx context.Context, c *Comm, send, recv [][]byte, peer, tag int) 
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpSendRecv)
+	m := c.startCall(x, metrics.OpSendRecv)
 	return c.end(x, c.observe(m, x, c.sendRecvP2P(x, peer, send, recv)))
 }

@@ -175,6 +175,7 @@ func newComm(id string, rank, size int, world []int, b Bootstrap, cfg config) *C
 	c := &Comm{id: id, rank: rank, size: size, world: world, boot: b, cfg: cfg, pool: &bufPool{}, sig: newSignals(),
 		chunk: cfg.tuning.ChunkBytes, ring: cfg.tuning.RingBytes}
 	c.idleScan = func() error { return c.x.scan(false) }
+	c.met.Name = id
 	c.group = group{ranks: make([]int, size), me: rank}
 	for i := range c.group.ranks {
 		c.group.ranks[i] = i
@@ -666,6 +667,7 @@ func (c *Comm) Close() error {
 	c.closeOnce.Do(func() {
 		c.fail(ErrClosed, false)
 		c.opMu.Lock()
+		c.met.Flush()
 		c.failMu.Lock()
 		c.closed = true
 		c.failMu.Unlock()

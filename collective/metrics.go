@@ -2,11 +2,13 @@ package collective
 
 import "github.com/gear-rl/gear/internal/metrics"
 
-// startCall counts a call of op in the communicator's metrics (c.met). The
-// public calls make it right after begin, under c.opMu, which makes the
-// call the counters' one writer (see metrics.Comm); without a published
-// metrics segment it is a nil check.
-func (c *Comm) startCall(op metrics.Op) metrics.Call { return c.met.Start(c.id, op) }
+// startCall counts call x, of op, in the communicator's metrics (c.met):
+// its calls and bytes. The public calls make it right after begin, under
+// c.opMu, which makes the call the counters' one writer (see metrics.Comm);
+// without a published metrics segment it is a nil check.
+func (c *Comm) startCall(x *call, op metrics.Op) metrics.Call {
+	return c.met.Start(op, int(x.h.count)*x.es)
+}
 
 // observe ends call x's metrics, started by startCall after begin, and
 // passes the call's error on. The public calls wrap their algorithm's

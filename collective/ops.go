@@ -274,7 +274,7 @@ func (c *Comm) Barrier(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m := c.startCall(metrics.OpBarrier)
+	m := c.startCall(x, metrics.OpBarrier)
 	return c.end(x, c.observe(m, x, c.barrier(x)))
 }
 

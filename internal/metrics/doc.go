@@ -16,7 +16,7 @@
 //     hook is a nil check; with one, a collective call updates its
 //     communicator's counters, which have one writer (the communicator's
 //     calls, one at a time), with plain loads and stores: no locked
-//     instruction. One call in 64 of each operation on each communicator is
+//     instruction. One call in 256 of each operation on each communicator is
 //     timed (Snapshot scales the time to every call). A rank's first
 //     maxComms communicators get their own counters, later ones share the
 //     rank's (atomic adds). A table's counters are plain stores made under

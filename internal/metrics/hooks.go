@@ -41,122 +41,181 @@ const (
 	evSampleWait             // a sample blocked by the rate limiter
 )
 
-// Comm is one communicator's counters in its rank's segment. The
-// communicator keeps it (its zero value is ready) and passes it to Start
-// from each of its calls, one call at a time (its calls hold the
-// communicator's lock): its counters have that one writer, which updates them
-// with plain loads and stores, no locked instruction; readers load them
-// atomically from their own mapping. A rank's first maxComms communicators
-// get a slot each; the later ones share the rank's counters, which they
-// update with atomic adds.
+// Comm is one communicator's counters. The communicator keeps it (its zero
+// value is ready, with Name set) and passes it to Start from each of its
+// calls, one call at a time (its calls hold the communicator's lock): its
+// counters have that one writer.
+//
+// A call counts itself in the Comm, in the communicator's own memory, and
+// the Comm copies an operation's counts into its slot of the rank's segment,
+// where readers load them atomically, at every timed call of the operation
+// (one in sampleEvery) and at every call of an operation whose calls come
+// slower than eagerGap apart: the segment lags by less than sampleEvery
+// calls that came faster than that. Flush copies them all. (A store into the
+// segment at every call cost a 2-rank 8-byte AllReduce about 2.5%: another
+// page touched per call.) A rank's first maxComms communicators get a slot
+// each; the later ones share the rank's counters, which they update with
+// atomic adds at every call.
 type Comm struct {
-	r    *Rank     // the segment that s is in; nil: none yet
-	s    *commSlot // nil: no slot free: r.ops, shared
-	slot uint16    // s's index, maxComms for none
+	// Name is the communicator's, shown by readers; its owner sets it
+	// before the first call.
+	Name  string
+	r     *Rank     // the segment that s is in; nil: none yet
+	s     *commSlot // nil: no slot free: r.ops, shared
+	mask  uint64    // a call is timed when the count before it &mask is 0: sampleEvery-1, or 0 with a trace
+	start int64     // nanotime at the start of the timed call in progress
+	slot  uint16    // s's index, maxComms for none
+	ops   [NumOps]localCounts
 }
 
-// Call is a collective call in progress, from Comm.Start to End. The zero
-// Call (no segment published) does nothing.
+// localCounts are a Comm's counts of one operation, copied into its slot.
+type localCounts struct {
+	calls, bytes uint64
+	last         int64 // nanotime of the last timed call
+	eager        bool  // copy at every call: the calls come slower than eagerGap
+}
+
+// eagerGap: an operation whose last sampleEvery calls took longer than
+// sampleEvery*eagerGap has its counts copied into the segment at every call
+// (a copy costs a few nanoseconds, nothing beside calls that far apart).
+const eagerGap = 20000 // ns
+
+// Call is a collective call in progress, from Comm.Start to End. It is two
+// words, returned in registers; a timed call's start is in its Comm (one
+// call at a time). The zero Call (no segment, or a call not timed) needs no
+// End.
 type Call struct {
-	o      *counters // nil: not counted
-	r      *Rank
-	start  int64 // nanotime; 0: not timed
-	slot   uint16
-	op     Op
-	shared bool // o is the rank's shared counters: atomic adds
+	m     *Comm // nil: not timed
+	op    Op
+	trace bool // m.r keeps a trace
 }
 
-// Start counts a call of op on the communicator called name; the caller
-// ends it with End. It allocates nothing and makes no locked instruction
-// (but on the shared counters of a rank's communicators past its first
-// maxComms); one call in sampleEvery of each operation, and every call with
-// a trace, also reads the clock.
-func (m *Comm) Start(name string, op Op) Call {
+// Start counts a call of op on the communicator, with bytes (its buffer's
+// size on this rank); the caller ends it with End. It allocates nothing and
+// makes no locked instruction (but on the shared counters of a rank's
+// communicators past its first maxComms); one call in sampleEvery of each
+// operation, and every call with a trace, also reads the clock.
+func (m *Comm) Start(op Op, bytes int) Call {
 	r := current.Load()
-	if r == nil || op >= NumOps {
+	if r == nil {
 		return Call{}
 	}
-	if m.r != r || m.s == nil {
-		return m.startSlow(r, name, op)
-	}
-	o := &m.s.ops[op]
-	n := o.calls + 1
-	o.calls = n
-	c := Call{o: o, r: r, slot: m.slot, op: op}
-	if n%sampleEvery == 1 || r.tracing {
-		c.start = nanotime()
-	}
-	return c
+	return m.count(r, op, bytes)
 }
 
-// startSlow is Start for a communicator's first call on r, and for one
+// count is Start with a published segment r.
+func (m *Comm) count(r *Rank, op Op, bytes int) Call {
+	if m.r != r || m.s == nil || op >= NumOps {
+		return m.countSlow(r, op, bytes)
+	}
+	o := &m.ops[op]
+	n := o.calls
+	o.calls, o.bytes = n+1, o.bytes+uint64(bytes)
+	if n&m.mask == 0 {
+		return m.timed(op)
+	}
+	if o.eager {
+		m.copyOut(op)
+	}
+	return Call{}
+}
+
+// timed starts a timed call of op, copies op's counts into the segment, and
+// decides from the time since op's last timed call whether to copy them at
+// every call until the next.
+func (m *Comm) timed(op Op) Call {
+	now := nanotime()
+	o := &m.ops[op]
+	o.eager = o.last == 0 || now-o.last > int64(m.mask+1)*eagerGap
+	o.last, m.start = now, now
+	m.copyOut(op)
+	return Call{m: m, op: op, trace: m.r.tracing}
+}
+
+// copyOut copies op's counts into the communicator's slot.
+func (m *Comm) copyOut(op Op) {
+	o, so := &m.ops[op], &m.s.ops[op]
+	so.calls, so.bytes = o.calls, o.bytes
+}
+
+// Flush copies every operation's counts into the segment. The communicator
+// calls it when it closes.
+func (m *Comm) Flush() {
+	if m.s == nil || m.r != current.Load() {
+		return
+	}
+	for op := range NumOps {
+		m.copyOut(op)
+	}
+}
+
+// countSlow is count for a communicator's first call on r, and for one
 // without a slot of its own (the rank's shared counters).
-func (m *Comm) startSlow(r *Rank, name string, op Op) Call {
+func (m *Comm) countSlow(r *Rank, op Op, bytes int) Call {
+	if op >= NumOps {
+		return Call{}
+	}
 	if m.r != r {
-		m.attach(r, name)
+		m.attach(r)
 	}
 	if m.s != nil {
-		return m.Start(name, op)
+		return m.count(r, op, bytes)
 	}
-	c := Call{o: &r.ops[op].counters, r: r, slot: m.slot, op: op, shared: true}
-	if n := atomic.AddUint64(&c.o.calls, 1); n%sampleEvery == 1 || r.tracing {
-		c.start = nanotime()
+	o := &r.ops[op].counters
+	atomic.AddUint64(&o.bytes, uint64(bytes))
+	if n := atomic.AddUint64(&o.calls, 1) - 1; n&m.mask == 0 {
+		m.start = nanotime()
+		return Call{m: m, op: op, trace: r.tracing}
 	}
-	return c
+	return Call{}
 }
 
-// attach takes a free communicator slot of r for the communicator called
-// name, or none (the shared counters) when they are all taken.
-func (m *Comm) attach(r *Rank, name string) {
-	m.r, m.s, m.slot = r, nil, maxComms
+// attach takes a free communicator slot of r for the communicator, or none
+// (the shared counters) when they are all taken.
+func (m *Comm) attach(r *Rank) {
+	m.r, m.s, m.slot, m.mask = r, nil, maxComms, sampleEvery-1
+	for op := range m.ops { // the counts of this segment only
+		m.ops[op].calls, m.ops[op].bytes = 0, 0
+	}
+	if r.tracing {
+		m.mask = 0
+	}
 	for i := range r.comms {
 		s := &r.comms[i]
 		if s.state.Load() != 0 || !s.state.CompareAndSwap(0, 2) { // 2: being filled
 			continue
 		}
-		s.nameLen = uint32(copy(s.name[:], name))
+		s.nameLen = uint32(copy(s.name[:], m.Name))
 		s.state.Store(1)
 		m.s, m.slot = s, uint16(i)
 		return
 	}
 }
 
-// End adds the call's bytes (its buffer's size on this rank) and, for a
-// timed call, its time; with a trace it leaves the call's event, naming the
-// call's sequence number seq (the tag for send and receive).
+// End adds a timed call's time; with a trace it leaves the call's event,
+// naming the call's sequence number seq (the tag for send and receive) and
+// its bytes. An untimed call's End is one comparison.
 func (c Call) End(seq uint64, bytes int) {
-	o := c.o
-	if o == nil {
-		return
+	if c.m != nil {
+		c.end(seq, bytes)
 	}
-	if c.shared || c.start != 0 {
-		c.endSlow(seq, bytes)
-		return
-	}
-	o.bytes += uint64(bytes)
 }
 
-// endSlow is End for a timed call or one on the shared counters.
-func (c Call) endSlow(seq uint64, bytes int) {
-	o := c.o
-	if c.shared {
-		atomic.AddUint64(&o.bytes, uint64(bytes))
-	} else {
-		o.bytes += uint64(bytes)
-	}
-	if c.start == 0 {
-		return
-	}
-	d := nanotime() - c.start
-	if c.shared {
+// end is End for a timed call.
+func (c Call) end(seq uint64, bytes int) {
+	m := c.m
+	d := nanotime() - m.start
+	if m.s == nil {
+		o := &m.r.ops[c.op].counters
 		atomic.AddUint64(&o.timedCalls, 1)
 		atomic.AddUint64(&o.timedNs, uint64(d))
 	} else {
+		o := &m.s.ops[c.op]
 		o.timedCalls++
 		o.timedNs += uint64(d)
 	}
-	if c.r.tracing {
-		c.r.record(uint16(c.op), c.slot, c.start, d, uint64(bytes), seq)
+	if c.trace {
+		m.r.record(uint16(c.op), m.slot, m.start, d, uint64(bytes), seq)
 	}
 }
 

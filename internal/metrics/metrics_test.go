@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 func openTest(t testing.TB, events int) *Rank {
@@ -24,12 +25,12 @@ func openTest(t testing.TB, events int) *Rank {
 func TestCountsAndTrace(t *testing.T) {
 	r := openTest(t, 64)
 	Publish(r)
-	var world Comm
+	world := Comm{Name: "world"}
 	for i := range 40 {
-		c := world.Start("world", OpAllReduce)
+		c := world.Start(OpAllReduce, 8)
 		c.End(uint64(i+1), 8)
 	}
-	world.Start("world", OpBarrier).End(41, 0)
+	world.Start(OpBarrier, 0).End(41, 0)
 	tb := r.Table("replay", 100)
 	tb.SetShard("gear.mtest.replay.1")
 	for i := range 10 {
@@ -99,11 +100,12 @@ func TestCommsCountApart(t *testing.T) {
 	var wg sync.WaitGroup
 	for g := range comms {
 		wg.Go(func() {
-			var c Comm
+			c := Comm{Name: "c" + strconv.Itoa(g)}
 			for i := range calls {
-				c.Start("c"+strconv.Itoa(g), OpAllReduce).End(uint64(i+1), 8)
-				c.Start("c"+strconv.Itoa(g), OpBroadcast).End(uint64(i+1), 4)
+				c.Start(OpAllReduce, 8).End(uint64(i+1), 8)
+				c.Start(OpBroadcast, 4).End(uint64(i+1), 4)
 			}
+			c.Flush()
 		})
 	}
 	wg.Wait()
@@ -136,9 +138,9 @@ func TestCommsCountApart(t *testing.T) {
 func TestTraceRingKeepsTheLast(t *testing.T) {
 	r := openTest(t, 8)
 	Publish(r)
-	var world Comm
+	world := Comm{Name: "world"}
 	for i := range 20 {
-		world.Start("world", OpBroadcast).End(uint64(i+1), 4)
+		world.Start(OpBroadcast, 4).End(uint64(i+1), 4)
 	}
 	v := r.view
 	ss := v.spans()
@@ -156,9 +158,9 @@ func TestHooksDoNotAllocate(t *testing.T) {
 		}
 		Publish(r)
 		tb := r.Table("t", 10)
-		var world Comm
+		world := Comm{Name: "world"}
 		n := testing.AllocsPerRun(1000, func() {
-			c := world.Start("world", OpAllReduce)
+			c := world.Start(OpAllReduce, 8)
 			c.End(1, 8)
 			s := tb.Begin()
 			tb.Inserted(3)
@@ -179,7 +181,7 @@ func TestHooksDoNotAllocate(t *testing.T) {
 // communicator past the first maxComms gets), and with a trace.
 func BenchmarkCallHooks(b *testing.B) {
 	for _, mode := range []string{"off", "on", "shared", "trace"} {
-		var world Comm
+		world := Comm{Name: "world"}
 		switch mode {
 		case "on":
 			Publish(openTest(b, 0))
@@ -187,15 +189,15 @@ func BenchmarkCallHooks(b *testing.B) {
 			r := openTest(b, 0)
 			Publish(r)
 			for i := range maxComms {
-				var c Comm
-				c.Start("c"+strconv.Itoa(i), OpBarrier).End(0, 0)
+				c := Comm{Name: "c" + strconv.Itoa(i)}
+				c.Start(OpBarrier, 0).End(0, 0)
 			}
 		case "trace":
 			Publish(openTest(b, 1<<10))
 		}
 		b.Run(mode, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
-				world.Start("world", OpAllReduce).End(uint64(i), 8)
+				world.Start(OpAllReduce, 8).End(uint64(i), 8)
 			}
 		})
 		Publish(nil)
@@ -218,5 +220,50 @@ func BenchmarkTableHooks(b *testing.B) {
 				tb.EndInsert(s)
 			}
 		})
+	}
+}
+
+// A communicator's counts reach the segment at least every sampleEvery
+// calls of an operation, at every call of an operation whose calls come
+// slowly, and all of them at Flush.
+func TestCountsReachSegment(t *testing.T) {
+	r := openTest(t, 0)
+	Publish(r)
+	defer Publish(nil)
+	read := func(op Op) (calls, bytes uint64) {
+		t.Helper()
+		s, err := Read(r.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range s.Ops {
+			if c.Op == op.String() {
+				return c.Calls, c.Bytes
+			}
+		}
+		return 0, 0
+	}
+	fast := Comm{Name: "fast"}
+	const n = 3*sampleEvery + 10
+	for i := range n {
+		fast.Start(OpAllReduce, 8).End(uint64(i+1), 8)
+	}
+	if calls, bytes := read(OpAllReduce); calls > n || n-calls >= sampleEvery || bytes != 8*calls {
+		t.Errorf("fast calls: segment has %d calls, %d bytes after %d calls: want fewer than %d behind, 8 bytes each", calls, bytes, n, sampleEvery)
+	}
+	fast.Flush()
+	if calls, bytes := read(OpAllReduce); calls != n || bytes != 8*n {
+		t.Errorf("after Flush: %d calls, %d bytes; want %d, %d", calls, bytes, n, 8*n)
+	}
+
+	slow := Comm{Name: "slow"}
+	for i := range 2*sampleEvery + 5 {
+		start := time.Now()
+		for time.Since(start) < 3*eagerGap*time.Nanosecond {
+		}
+		slow.Start(OpBroadcast, 4).End(uint64(i+1), 4)
+		if calls, _ := read(OpBroadcast); calls != uint64(i+1) {
+			t.Fatalf("slow call %d: segment has %d calls", i+1, calls)
+		}
 	}
 }

@@ -45,7 +45,7 @@ const (
 	MaxTraceEvents = 1 << 20
 	// sampleEvery: one collective call in sampleEvery of each operation on
 	// each communicator is timed when no trace is kept (a power of two).
-	sampleEvery = 64
+	sampleEvery = 256
 )
 
 type header struct {
