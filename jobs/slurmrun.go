@@ -141,6 +141,7 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 	loop := &launch.RestartLoop{Name: "gearrun", Max: s.Launch.Restarts, Out: stderr}
 	sr.sweep(ctx, hosts, jobID, stderr, "start")
 	loop.Run(ctx, gens)
+	writeSlurmTrace(s.Launch.Trace, sr.JobDir, jobID, stderr)
 	sr.sweep(ctx, hosts, jobID, stderr, "end")
 	if gens.err != nil {
 		return nil, gens.err

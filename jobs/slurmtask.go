@@ -18,6 +18,7 @@ import (
 
 	"github.com/gear-rl/gear/internal/clock"
 	"github.com/gear-rl/gear/internal/metrics"
+	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -119,12 +120,19 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 		t.fail(RankExit{Rank: info.Rank, Role: info.Role, RoleRank: roleRank, Host: host, Status: 127})
 		return 127, fmt.Errorf("jobs: rank %d: %w", info.Rank, err)
 	}
+	// The rank's figures for gearrun top, in the job's directory.
+	figures := newFiguresWriter(t.JobDir, env, info)
+	figuresDone := make(chan struct{})
+	go figures.run(figuresDone)
 	err = cmd.Wait()
 	// The time of the end, not of the report: peers that lost this rank fail
 	// after it, and the first failure is the one gearrun names.
 	ended := t.now()
 	// Whatever the command left in its process group goes with it.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	close(figuresDone)
+	figures.write() // the last figures: the rank ended
+	keepTrace(t.JobDir, env, info)
 	removeRankMetrics(env, info)
 	if err == nil {
 		return 0, nil
@@ -247,6 +255,10 @@ func (t *SlurmTask) rankEnviron(ctx context.Context, info rank.Info, role Role, 
 		return nil, err
 	}
 	add = append(add, envList(dev)...)
+	if s.Launch.Trace != "" && t.JobDir != "" {
+		// The task keeps the rank's segment for the trace (keepTrace).
+		add = append(add, rank.EnvTraceEvents+"="+strconv.Itoa(launch.DefaultTraceEvents))
+	}
 	return rank.MergeEnv(base, add), nil
 }
 
@@ -270,8 +282,8 @@ func taskTorchEnv(info rank.Info, s *Spec, lookup func(string) (string, bool)) (
 
 // removeRankMetrics removes the metrics segments that the rank of info made
 // on this node in its generation (rank.Init makes one; no launcher lives on
-// a SLURM node to remove it, and a SLURM job's figures are read only while
-// it runs). The directory is the rank's rank.EnvMetricsDir in env, else
+// a SLURM node to remove it; the task has written the rank's last figures
+// and kept its trace by then, slurmmetrics.go). The directory is the rank's rank.EnvMetricsDir in env, else
 // /dev/shm.
 func removeRankMetrics(env []string, info rank.Info) {
 	dir := ""

@@ -101,31 +101,42 @@ func processAlive(pid int) bool {
 
 // figures reads the metrics of the agent's ranks on its host.
 func (a *agent) figures() hostFigures {
-	f := hostFigures{Ranks: []metrics.Snapshot{}}
-	snaps, err := metrics.Job(a.opts.ShmDir, a.job.Plan.JobID)
+	lm := Figures(a.opts.ShmDir, a.job.Plan.JobID, a.ranks)
+	return hostFigures{Ranks: lm.Ranks, Shards: lm.Shards, ShardErrors: lm.ShardErrors}
+}
+
+// Figures reads the figures of job jobID's ranks that keep their metrics
+// segments in shmDir ("": metrics.ShmDir) on this machine, of the ranks in
+// ranks only when ranks is not nil: each rank's latest segment, and the
+// rows of the store shards under its tables (read from the shards
+// themselves, which only the default directory has). Its PID is this
+// process and its Time now.
+func Figures(shmDir, jobID string, ranks []int) LiveMetrics {
+	lm := LiveMetrics{Job: jobID, PID: os.Getpid(), Time: time.Now(), Ranks: []metrics.Snapshot{}}
+	snaps, err := metrics.Job(shmDir, jobID)
 	if err != nil {
-		return f
+		return lm
 	}
 	for _, s := range snaps {
-		if !slices.Contains(a.ranks, s.Rank) {
+		if ranks != nil && !slices.Contains(ranks, s.Rank) {
 			continue
 		}
-		f.Ranks = append(f.Ranks, s)
+		lm.Ranks = append(lm.Ranks, s)
 		for _, t := range s.Tables {
-			if t.Shard == "" || a.opts.ShmDir != metrics.ShmDir {
+			if t.Shard == "" || (shmDir != "" && shmDir != metrics.ShmDir) {
 				continue
 			}
-			if f.Shards == nil {
-				f.Shards, f.ShardErrors = map[string]store.Census{}, map[string]string{}
+			if lm.Shards == nil {
+				lm.Shards, lm.ShardErrors = map[string]store.Census{}, map[string]string{}
 			}
 			if c, err := store.CountRows(t.Shard); err == nil {
-				f.Shards[t.Shard] = c
+				lm.Shards[t.Shard] = c
 			} else {
-				f.ShardErrors[t.Shard] = err.Error()
+				lm.ShardErrors[t.Shard] = err.Error()
 			}
 		}
 	}
-	return f
+	return lm
 }
 
 // sendFigures sends the agent's ranks' figures to the launcher.

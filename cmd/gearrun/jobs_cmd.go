@@ -409,7 +409,7 @@ func runLocal(spec *jobs.Spec, path string, dryRun bool, metricsAddr string, s s
 		return 0
 	}
 	if metricsAddr != "" {
-		srv, err := serveMetrics(metricsAddr, "", plan.JobID)
+		srv, err := serveMetrics(metricsAddr, jobRef{id: plan.JobID})
 		if err != nil {
 			return fail(s, err)
 		}

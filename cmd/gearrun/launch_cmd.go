@@ -426,7 +426,7 @@ func launchCommand(args []string, s stdio) int {
 		TraceEvents: lf.traceEvents,
 	}
 	if lf.metricsAddr != "" {
-		srv, err := serveMetrics(lf.metricsAddr, "", plan.JobID)
+		srv, err := serveMetrics(lf.metricsAddr, jobRef{id: plan.JobID})
 		if err != nil {
 			return failCode(s, 2, err)
 		}

@@ -16,7 +16,7 @@ import (
 // in Prometheus's text exposition format (on any path; /metrics by
 // convention). A bare ":port" listens on loopback only. The caller closes
 // the server.
-func serveMetrics(addr, shmDir, job string) (*http.Server, error) {
+func serveMetrics(addr string, job jobRef) (*http.Server, error) {
 	if strings.HasPrefix(addr, ":") {
 		addr = "127.0.0.1" + addr
 	}
@@ -25,13 +25,13 @@ func serveMetrics(addr, shmDir, job string) (*http.Server, error) {
 		return nil, fmt.Errorf("--metrics-addr %s: %w", addr, err)
 	}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		r, err := readJob(shmDir, job)
+		r, err := readJob(job)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		writeProm(w, topFrameOf(job, r, r))
+		writeProm(w, topFrameOf(job.id, r, r))
 	})}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

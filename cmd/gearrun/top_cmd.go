@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gear-rl/gear/internal/metrics"
 	"github.com/gear-rl/gear/internal/shmname"
+	"github.com/gear-rl/gear/jobs"
 	"github.com/gear-rl/gear/launch"
 	"github.com/gear-rl/gear/rank"
 	"github.com/gear-rl/gear/store"
@@ -26,12 +28,14 @@ import (
 func topCommand(args []string, s stdio) int {
 	fs := newFlagSet("top", "top [flags] [JOB]\n\n"+
 		"Show the ranks, tables and shards of a running job, refreshed each second;\n"+
-		"q or Ctrl-C quits. With no JOB, the one job running on this machine.\n\nFlags:", s)
+		"q or Ctrl-C quits. With no JOB, the one job running on this machine (or\n"+
+		"submitted from it to SLURM). JOB: gear's job ID, or a SLURM job's ID.\n\nFlags:", s)
 	jsonOut := fs.Bool("json", false, "print the figures as JSON lines instead of the screen")
 	once := fs.Bool("once", false, "print one refresh and exit (the rates are over one interval)")
 	interval := fs.Duration("interval", time.Second, "time between refreshes")
 	shmDir := fs.String("shm-dir", metrics.ShmDir, "directory of shared-memory segments")
 	addr := fs.String("metrics-addr", "", "also serve the figures in Prometheus's text format at `ADDR` (host:port; a bare :port listens on loopback)")
+	stateDir := stateDirFlag(fs)
 	if code, done := parseFlags(fs, args); done {
 		return code
 	}
@@ -43,7 +47,7 @@ func topCommand(args []string, s stdio) int {
 		fmt.Fprintf(s.err, "gearrun top: --interval %v: want more than 0\n", *interval)
 		return 2
 	}
-	job, err := topJob(*shmDir, fs.Arg(0))
+	job, err := topJob(*shmDir, *stateDir, fs.Arg(0))
 	if err != nil {
 		fmt.Fprintf(s.err, "gearrun top: %v\n", err)
 		return 1
@@ -51,7 +55,7 @@ func topCommand(args []string, s stdio) int {
 	ctx, stop := signalContext()
 	defer stop()
 	if *addr != "" {
-		srv, err := serveMetrics(*addr, *shmDir, job)
+		srv, err := serveMetrics(*addr, job)
 		if err != nil {
 			fmt.Fprintf(s.err, "gearrun top: %v\n", err)
 			return 1
@@ -71,7 +75,7 @@ func topCommand(args []string, s stdio) int {
 			go readQuit(f, cancel)
 		}
 	}
-	prev, err := readJob(*shmDir, job)
+	prev, err := readJob(job)
 	if err != nil {
 		fmt.Fprintf(s.err, "gearrun top: %v\n", err)
 		return 1
@@ -81,7 +85,7 @@ func topCommand(args []string, s stdio) int {
 	enc := json.NewEncoder(s.out)
 	if !*once && !*jsonOut {
 		// The first screen at once, with rates to come.
-		drawTop(s.out, topFrameOf(job, prev, prev))
+		drawTop(s.out, topFrameOf(job.id, prev, prev))
 	}
 	for {
 		select {
@@ -89,12 +93,12 @@ func topCommand(args []string, s stdio) int {
 			return 0
 		case <-tick.C:
 		}
-		cur, err := readJob(*shmDir, job)
+		cur, err := readJob(job)
 		if err != nil {
 			fmt.Fprintf(s.err, "gearrun top: %v\n", err)
 			return 1
 		}
-		f := topFrameOf(job, prev, cur)
+		f := topFrameOf(job.id, prev, cur)
 		prev = cur
 		if *jsonOut {
 			if err := enc.Encode(f); err != nil {
@@ -132,37 +136,79 @@ func readQuit(f *os.File, cancel context.CancelFunc) {
 	}
 }
 
-// topJob picks the job: the one named, or the one running on this machine.
-func topJob(shmDir, job string) (string, error) {
+// jobRef is the job top shows, and where its figures are: the metrics
+// segments in shmDir on this machine, the figures that the launcher of a
+// job on hosts keeps on this machine, or, for a SLURM job, the figures its
+// tasks keep in its directory in the state directory (slurmDir).
+type jobRef struct {
+	id       string
+	shmDir   string
+	slurmDir string
+}
+
+// topJob picks the job: the one named, or the one running on this machine
+// (a SLURM job submitted from it included).
+func topJob(shmDir, stateDir, job string) (jobRef, error) {
+	if shmDir == "" {
+		shmDir = metrics.ShmDir
+	}
+	state := jobs.StateDir(stateDir)
+	if stateDir == "" {
+		state, _ = jobs.DefaultStateDir()
+	}
 	if job != "" {
 		segs, err := metrics.Segments(shmDir, job)
 		if err != nil {
-			return "", err
+			return jobRef{}, err
 		}
-		if len(segs) == 0 {
-			if _, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job); err == nil {
-				return job, nil
+		if len(segs) > 0 {
+			return jobRef{id: job, shmDir: shmDir}, nil
+		}
+		if _, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job); err == nil {
+			return jobRef{id: job, shmDir: shmDir}, nil
+		}
+		if state != "" {
+			if rec, err := state.Find(job); err == nil {
+				if _, err := jobs.ReadSlurmFigures(rec.Dir); err == nil {
+					return jobRef{id: rec.ID, shmDir: shmDir, slurmDir: rec.Dir}, nil
+				}
+				return jobRef{}, fmt.Errorf("SLURM job %s has no figures yet in %s (its ranks write them there once a second while they run)", rec.ID, filepath.Join(rec.Dir, jobs.MetricsDir))
 			}
-			return "", fmt.Errorf("job %s has no metrics on this machine (gearrun top reads %s, and the figures that the launcher of a job on hosts keeps in %s; run it on the launcher's machine)", job, shmDir, rank.RuntimeDir())
 		}
-		return job, nil
+		return jobRef{}, fmt.Errorf("job %s has no metrics on this machine (gearrun top reads %s, the figures that the launcher of a job on hosts keeps in %s, and those of the SLURM jobs recorded in %s; run it on the launcher's machine)", job, shmDir, rank.RuntimeDir(), state)
 	}
-	jobs, err := metrics.RunningJobs(shmDir)
+	running, err := metrics.RunningJobs(shmDir)
 	if err != nil {
-		return "", err
+		return jobRef{}, err
+	}
+	var refs []jobRef
+	for _, j := range running {
+		refs = append(refs, jobRef{id: j, shmDir: shmDir})
 	}
 	for _, j := range launch.LiveJobs(rank.RuntimeDir()) {
-		if !slices.Contains(jobs, j) {
-			jobs = append(jobs, j)
+		if !slices.Contains(running, j) {
+			refs = append(refs, jobRef{id: j, shmDir: shmDir})
 		}
 	}
-	switch len(jobs) {
-	case 0:
-		return "", errors.New("no job is running on this machine")
-	case 1:
-		return jobs[0], nil
+	if state != "" {
+		recs, _ := state.List()
+		for _, rec := range recs {
+			if jobs.SlurmFiguresLive(rec.Dir) {
+				refs = append(refs, jobRef{id: rec.ID, shmDir: shmDir, slurmDir: rec.Dir})
+			}
+		}
 	}
-	return "", fmt.Errorf("%d jobs are running on this machine: name one (%s)", len(jobs), strings.Join(jobs, ", "))
+	switch len(refs) {
+	case 0:
+		return jobRef{}, errors.New("no job is running on this machine")
+	case 1:
+		return refs[0], nil
+	}
+	ids := make([]string, len(refs))
+	for i, r := range refs {
+		ids[i] = r.id
+	}
+	return jobRef{}, fmt.Errorf("%d jobs are running on this machine: name one (%s)", len(refs), strings.Join(ids, ", "))
 }
 
 // jobRead is one reading of a job's segments and shards.
@@ -173,25 +219,26 @@ type jobRead struct {
 	errs   map[string]string
 }
 
-func readJob(shmDir, job string) (jobRead, error) {
+func readJob(job jobRef) (jobRead, error) {
+	shmDir := job.shmDir
 	if shmDir == "" {
 		shmDir = metrics.ShmDir
 	}
-	snaps, err := metrics.Job(shmDir, job)
+	if job.slurmDir != "" {
+		lm, err := jobs.ReadSlurmFigures(job.slurmDir)
+		if err != nil {
+			return jobRead{}, err
+		}
+		return liveRead(lm), nil
+	}
+	snaps, err := metrics.Job(shmDir, job.id)
 	if err != nil {
 		return jobRead{}, err
 	}
 	if len(snaps) == 0 {
 		// A job on hosts: the figures its launcher keeps on this machine.
-		if lm, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job); err == nil {
-			r := jobRead{at: time.Now(), ranks: lm.Ranks, shards: lm.Shards, errs: lm.ShardErrors}
-			if r.shards == nil {
-				r.shards = map[string]store.Census{}
-			}
-			if r.errs == nil {
-				r.errs = map[string]string{}
-			}
-			return r, nil
+		if lm, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job.id); err == nil {
+			return liveRead(lm), nil
 		}
 	}
 	r := jobRead{at: time.Now(), ranks: snaps, shards: map[string]store.Census{}, errs: map[string]string{}}
@@ -208,6 +255,19 @@ func readJob(shmDir, job string) (jobRead, error) {
 		}
 	}
 	return r, nil
+}
+
+// liveRead is a reading of the figures gathered from elsewhere (a job on
+// hosts, a SLURM job).
+func liveRead(lm *launch.LiveMetrics) jobRead {
+	r := jobRead{at: time.Now(), ranks: lm.Ranks, shards: lm.Shards, errs: lm.ShardErrors}
+	if r.shards == nil {
+		r.shards = map[string]store.Census{}
+	}
+	if r.errs == nil {
+		r.errs = map[string]string{}
+	}
+	return r
 }
 
 // topFrame is one refresh of gearrun top: what the screen shows, and each
