@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -459,8 +460,7 @@ func TestMultiNodeDeadNode(t *testing.T) {
 	} else {
 		t.Logf("gearrun: job mn-dead failed: %s", m[1])
 	}
-	b, err := os.ReadFile(filepath.Join(StateDir(j.StateDir).JobDir(j.GearID), ExitFile))
-	if code := strings.TrimSpace(string(b)); err != nil || code == "0" {
+	if code, err := recordedExit(j); err != nil || code == "0" {
 		t.Errorf("the batch script recorded exit %q (%v), want non-zero", code, err)
 	}
 }
@@ -537,8 +537,7 @@ func TestMultiNodeElastic(t *testing.T) {
 	if regexp.MustCompile(`MN rank [45]/`).MatchString(log[strings.Index(log, "gearrun: restart 1 of 1"):]) {
 		t.Errorf("a rank 4 or 5 after the restart; log:\n%s", log)
 	}
-	b, err = os.ReadFile(filepath.Join(StateDir(j.StateDir).JobDir(j.GearID), ExitFile))
-	if code := strings.TrimSpace(string(b)); err != nil || code != "0" {
+	if code, err := recordedExit(j); err != nil || code != "0" {
 		t.Errorf("the batch script recorded exit %q (%v), want 0", code, err)
 	}
 	if left := processesOf(bin); len(left) > 0 {
@@ -655,8 +654,7 @@ func TestMultiNodeElasticReplay(t *testing.T) {
 	if n := len(regexp.MustCompile(`(?m)MN elastic rank \d/4 generation 1 node \S+: every row accounted for: 6 old ranks x 300 = 1800 rows$`).FindAllString(log, -1)); n != 4 {
 		t.Errorf("%d ranks of generation 1 found every row, want 4; log:\n%s", n, log)
 	}
-	b, err = os.ReadFile(filepath.Join(StateDir(j.StateDir).JobDir(j.GearID), ExitFile))
-	if code := strings.TrimSpace(string(b)); err != nil || code != "0" {
+	if code, err := recordedExit(j); err != nil || code != "0" {
 		t.Errorf("the batch script recorded exit %q (%v), want 0", code, err)
 	}
 	state := ""
@@ -677,6 +675,22 @@ func TestMultiNodeElasticReplay(t *testing.T) {
 // waitJobEnded polls j's log until gearrun says job name completed or failed,
 // or limit has passed since start, and returns the log and when (since start)
 // the job ended: zero if it did not.
+// recordedExit is the exit status that j's batch script recorded. gearrun
+// prints its summary, sweeps the nodes and exits, and the script records
+// its exit after that: a moment after the summary, longer under load; it
+// waits up to a minute for the record.
+func recordedExit(j *jobstest.Job) (string, error) {
+	path := filepath.Join(StateDir(j.StateDir).JobDir(j.GearID), ExitFile)
+	var b []byte
+	var err error
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if b, err = os.ReadFile(path); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			break
+		}
+	}
+	return string(bytes.TrimSpace(b)), err
+}
+
 func waitJobEnded(j *jobstest.Job, name string, start time.Time, limit time.Duration) (log string, endedAt time.Duration) {
 	for time.Since(start) < limit {
 		if log = j.Logs(); strings.Contains(log, "gearrun: job "+name+" completed") || strings.Contains(log, "gearrun: job "+name+" failed") {

@@ -216,7 +216,7 @@ func (st *ShardTable) copyRow(idx int, plans []colPlan, dst [][]byte, k int) err
 		return st.t.errClosed("collect")
 	}
 	if !ok {
-		return fmt.Errorf("sample: table %q: collect: index %d holds no item (deleted since it was sampled?)", st.t.name, idx)
+		return fmt.Errorf("sample: table %q: collect: index %d holds no item: %w", st.t.name, idx, ErrEvicted)
 	}
 	copyItem(plans, dst, k, v.Block)
 	return nil

@@ -26,7 +26,7 @@ func (st *ShardTable) pinRow(idx int) (v store.View, done func(), err error) {
 	v, ok := st.held[int32(idx)]
 	st.mu.Unlock()
 	if !ok {
-		return store.View{}, nil, fmt.Errorf("sample: table %q: index %d holds no item (deleted since it was sampled?)", st.t.name, idx)
+		return store.View{}, nil, fmt.Errorf("sample: table %q: index %d holds no item: %w", st.t.name, idx, ErrEvicted)
 	}
 	return v, func() {}, nil
 }
@@ -288,6 +288,8 @@ type missingRow struct{ err error }
 
 func (e missingRow) Error() string { return e.err.Error() }
 
+func (e missingRow) Unwrap() error { return e.err }
+
 func isCommErr(err error) bool {
 	_, ok := err.(missingRow)
 	return !ok
@@ -480,7 +482,7 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 		}
 		if !ok {
 			if missing == nil {
-				missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there (deleted since it was sampled?)", d.t.name, indices[k], peer)}
+				missing = missingRow{fmt.Errorf("sample: distributed table %q: collect: index %d: rank %d holds no item there: %w", d.t.name, indices[k], peer, ErrEvicted)}
 			}
 			continue
 		}

@@ -9,5 +9,11 @@ import (
 // was waiting when the table closed.
 var ErrClosed = errors.New("sample: table closed")
 
+// ErrEvicted is wrapped by the error of a collection (Collect,
+// CollectBatch, a distributed table's, on the host or the device) when an
+// item of the batch was evicted between the sample and the collection (the
+// remover may take an item that the batch does not hold): sample again.
+var ErrEvicted = errors.New("item evicted since it was sampled")
+
 // le is the byte order of every message the distributed table sends.
 var le = binary.LittleEndian

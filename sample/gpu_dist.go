@@ -267,8 +267,8 @@ func (x *deviceExchange) pair(ctx context.Context, peer int, first bool) error {
 	for i, k := range positions {
 		if theirs[i] == 0 {
 			if x.missing == nil {
-				x.missing = fmt.Errorf("sample: distributed table %q: collect on device: index %d: rank %d holds no item there (deleted since it was sampled?)",
-					d.t.name, x.indices[k], peer)
+				x.missing = fmt.Errorf("sample: distributed table %q: collect on device: index %d: rank %d holds no item there: %w",
+					d.t.name, x.indices[k], peer, ErrEvicted)
 			}
 			continue
 		}

@@ -41,9 +41,9 @@ func (p *CollectPlan) ItemBytes(i int) int { return p.plans[i].itemBytes() }
 // item's reference (index and insertion sequence), without a look-up in the
 // table; a row the sample deleted is read through the batch's pin.
 //
-// Errors: ErrClosed; a short buffer; a row evicted since the sample (the
-// remover may take an item the batch does not hold: sample again); the
-// context's error.
+// Errors: ErrClosed; a short buffer; ErrEvicted, wrapped, for a row
+// evicted since the sample (the remover may take an item the batch does not
+// hold: sample again); the context's error.
 func (st *ShardTable) CollectBatch(ctx context.Context, p *CollectPlan, b *Batch, dst [][]byte) error {
 	if p.st != st {
 		return fmt.Errorf("sample: table %q: collect with a plan of table %q", st.t.name, p.st.t.name)
@@ -90,7 +90,7 @@ func (st *ShardTable) copyHeld(idx int, plans []colPlan, dst [][]byte, k int) er
 		return st.t.errClosed("collect")
 	}
 	if !ok {
-		return fmt.Errorf("sample: table %q: collect: index %d holds no item (deleted since it was sampled?)", st.t.name, idx)
+		return fmt.Errorf("sample: table %q: collect: index %d: %w", st.t.name, idx, ErrEvicted)
 	}
 	copyView(plans, dst, k, v)
 	return nil

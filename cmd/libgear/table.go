@@ -553,7 +553,9 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 	}
 	// The remover may evict a sampled item (one the sample did not delete,
 	// so its batch does not hold it) between the sample and the collection:
-	// the collection then fails, and the batch is sampled again.
+	// the collection then fails with sample.ErrEvicted, and the batch is
+	// sampled again (16 times at most: the remover would have to take a
+	// sampled item every time); any other error is the call's.
 	var plan *sample.CollectPlan
 	var out [][]byte
 	if ncols > 0 {
@@ -584,7 +586,7 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 		if err == nil {
 			break
 		}
-		if ctx.Err() != nil || errors.Is(err, sample.ErrClosed) || try >= 16 {
+		if !errors.Is(err, sample.ErrEvicted) || try >= 16 {
 			if keep != 0 {
 				b.Release()
 			}
