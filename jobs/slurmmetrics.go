@@ -59,7 +59,7 @@ func newFiguresWriter(jobDir string, env []string, info rank.Info) *figuresWrite
 		return nil
 	}
 	return &figuresWriter{path: filepath.Join(jobDir, MetricsDir, strconv.Itoa(info.Rank)+".json"),
-		shmDir: envOf(env, rank.EnvMetricsDir), info: info}
+		shmDir: rank.EnvValue(env, rank.EnvMetricsDir), info: info}
 }
 
 // run writes the figures every taskFiguresEvery until done is closed.
@@ -101,10 +101,10 @@ func (w *figuresWriter) write() {
 // keepTrace copies the rank's metrics segments of this generation into the
 // job's TraceDir for the merge at the job's end.
 func keepTrace(jobDir string, env []string, info rank.Info) {
-	if jobDir == "" || envOf(env, rank.EnvTraceEvents) == "" {
+	if jobDir == "" || rank.EnvValue(env, rank.EnvTraceEvents) == "" {
 		return
 	}
-	segs, _ := metrics.Segments(envOf(env, rank.EnvMetricsDir), info.JobID)
+	segs, _ := metrics.Segments(rank.EnvValue(env, rank.EnvMetricsDir), info.JobID)
 	for _, sg := range segs {
 		if sg.Rank != info.Rank || sg.Gen != info.Restart {
 			continue
@@ -117,17 +117,6 @@ func keepTrace(jobDir string, env []string, info rank.Info) {
 		_ = os.MkdirAll(dir, 0o700)
 		_ = writeFileAtomic(filepath.Join(dir, filepath.Base(sg.Path)), data, 0o600)
 	}
-}
-
-// envOf is the value of name in env, the last one winning; "" if none.
-func envOf(env []string, name string) string {
-	v := ""
-	for _, kv := range env {
-		if s, ok := strings.CutPrefix(kv, name+"="); ok {
-			v = s
-		}
-	}
-	return v
 }
 
 // writeSlurmTrace merges the segments the tasks of job jobID left in

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -286,13 +285,7 @@ func taskTorchEnv(info rank.Info, s *Spec, lookup func(string) (string, bool)) (
 // and kept its trace by then, slurmmetrics.go). The directory is the rank's rank.EnvMetricsDir in env, else
 // /dev/shm.
 func removeRankMetrics(env []string, info rank.Info) {
-	dir := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, rank.EnvMetricsDir+"="); ok {
-			dir = v
-		}
-	}
-	segs, _ := metrics.Segments(dir, info.JobID)
+	segs, _ := metrics.Segments(rank.EnvValue(env, rank.EnvMetricsDir), info.JobID)
 	for _, sg := range segs {
 		if sg.Rank == info.Rank && sg.Gen == info.Restart {
 			_ = os.Remove(sg.Path)

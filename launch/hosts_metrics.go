@@ -153,7 +153,7 @@ const segmentChunk = 4 << 20
 // this generation, for the job's trace, if it keeps one.
 func (a *agent) sendTrace() {
 	p := a.job.Plan
-	if n, _ := strconv.Atoi(envValue(p.Env, rank.EnvTraceEvents)); n <= 0 {
+	if n, _ := strconv.Atoi(rank.EnvValue(p.Env, rank.EnvTraceEvents)); n <= 0 {
 		return
 	}
 	segs, err := metrics.Segments(a.opts.ShmDir, p.JobID)
@@ -180,16 +180,6 @@ func (a *agent) sendTrace() {
 			}
 		}
 	}
-}
-
-func envValue(env []string, name string) string {
-	v := ""
-	for _, kv := range env {
-		if s, ok := strings.CutPrefix(kv, name+"="); ok {
-			v = s
-		}
-	}
-	return v
 }
 
 // hostMetrics is what the launcher of a job on hosts keeps of its agents'

@@ -83,6 +83,18 @@ func (i Info) Environ() []string {
 	return env
 }
 
+// EnvValue is the value of name in env (KEY=VALUE entries), the last
+// entry winning as in MergeEnv; "" when env has none.
+func EnvValue(env []string, name string) string {
+	v := ""
+	for _, kv := range env {
+		if s, ok := strings.CutPrefix(kv, name+"="); ok {
+			v = s
+		}
+	}
+	return v
+}
+
 // MergeEnv returns the environment of a rank that inherits base ("NAME=value"
 // entries, as os.Environ gives them) and is given add: base less every
 // contract variable (ContractEnv: a rank never inherits its launcher's place)
