@@ -193,11 +193,17 @@ def test_zero_copy_between_processes(gear, make_table):
 
 def test_ctrl_c_during_blocked_sample(gear, make_table):
     t = make_table()
+    segment = t.segment + ".c"
+    # Python's own Ctrl-C handling in the child, whatever this process got:
+    # a process started in the background by a non-interactive shell (a CI
+    # runner's, nohup ... &) inherits SIGINT ignored, and Python then keeps
+    # it ignored.
     code = textwrap.dedent(f"""
-        import sys; sys.path.insert(0, {PKG!r})
+        import signal, sys; sys.path.insert(0, {PKG!r})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import gear
         t = gear.Table(name="t", capacity=4, columns=[{{"name": "x", "dtype": "float32"}}],
-                       segment={t.segment + ".c"!r})
+                       segment={segment!r})
         try:
             print("blocked", flush=True)  # inside the try: the signal may come at once
             t.sample(1)
@@ -206,10 +212,17 @@ def test_ctrl_c_during_blocked_sample(gear, make_table):
         t.close()
     """)
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "blocked"
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=60)
-    assert out.strip() == "interrupted" and p.returncode == 0
+    try:
+        assert p.stdout.readline().strip() == "blocked"
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=60)
+        assert out.strip() == "interrupted" and p.returncode == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if os.path.exists("/dev/shm/" + segment):  # a child that failed left it
+            os.unlink("/dev/shm/" + segment)
 
 
 def test_checkpoint_and_restore(gear, make_table, tmp_path):
