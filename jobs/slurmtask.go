@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -122,7 +123,8 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	// The rank's figures for gearrun top, in the job's directory.
 	figures := newFiguresWriter(t.JobDir, env, info)
 	figuresDone := make(chan struct{})
-	go figures.run(figuresDone)
+	var figuresRun sync.WaitGroup
+	figuresRun.Go(func() { figures.run(figuresDone) })
 	err = cmd.Wait()
 	// The time of the end, not of the report: peers that lost this rank fail
 	// after it, and the first failure is the one gearrun names.
@@ -130,7 +132,8 @@ func (t *SlurmTask) Run(ctx context.Context) (int, error) {
 	// Whatever the command left in its process group goes with it.
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	close(figuresDone)
-	figures.write() // the last figures: the rank ended
+	figuresRun.Wait() // no write of the running rank lands after the last
+	figures.write()   // the last figures: the rank ended
 	keepTrace(t.JobDir, env, info)
 	removeRankMetrics(env, info)
 	if err == nil {
