@@ -231,30 +231,17 @@ func readJob(job jobRef) (jobRead, error) {
 		}
 		return liveRead(lm), nil
 	}
-	snaps, err := metrics.Job(shmDir, job.id)
-	if err != nil {
-		return jobRead{}, err
+	if _, err := os.Stat(shmDir); err != nil {
+		return jobRead{}, fmt.Errorf("metrics: %w", err)
 	}
-	if len(snaps) == 0 {
+	lm := launch.Figures(shmDir, job.id, nil)
+	if len(lm.Ranks) == 0 {
 		// A job on hosts: the figures its launcher keeps on this machine.
-		if lm, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job.id); err == nil {
-			return liveRead(lm), nil
+		if live, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job.id); err == nil {
+			return liveRead(live), nil
 		}
 	}
-	r := jobRead{at: time.Now(), ranks: snaps, shards: map[string]store.Census{}, errs: map[string]string{}}
-	for _, s := range snaps {
-		for _, t := range s.Tables {
-			if t.Shard == "" || shmDir != metrics.ShmDir {
-				continue
-			}
-			if c, err := store.CountRows(t.Shard); err == nil {
-				r.shards[t.Shard] = c
-			} else {
-				r.errs[t.Shard] = err.Error()
-			}
-		}
-	}
-	return r, nil
+	return liveRead(&lm), nil
 }
 
 // liveRead is a reading of the figures gathered from elsewhere (a job on
