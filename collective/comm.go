@@ -65,7 +65,6 @@ type Comm struct {
 	sig   *signals
 
 	opMu   sync.Mutex
-	met    metrics.Comm // the calls' counters (collective/metrics.go), written under opMu
 	seq    uint64
 	splits uint64
 	x      call
@@ -85,6 +84,10 @@ type Comm struct {
 	wg          sync.WaitGroup
 	unregLost   func()
 	closeOnce   sync.Once
+
+	// met: the calls' counters (collective/metrics.go), written under
+	// opMu; last, so that its size leaves the other fields' lines alone.
+	met metrics.Comm
 }
 
 // inbox is this rank's view of the frames from one peer: the link, and the frames

@@ -29,6 +29,7 @@ func benchMetrics(args []string, out io.Writer) error {
 	calls := fs.Int("calls", 500, "AllReduce calls per round (short rounds: the machine's drifts fall on both sides alike)")
 	inserts := fs.Int("inserts", 1000, "inserts per round")
 	jsonOut := fs.Bool("json", false, "print one JSON object per line")
+	aa := fs.Bool("aa", false, "metrics off on both sides (an A/A run): the noise of the measure itself")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,7 +69,7 @@ func benchMetrics(args []string, out io.Writer) error {
 	for i := range 2 * *rounds {
 		// ABBA order, so that neither side always runs first.
 		withMetrics := i%4 == 1 || i%4 == 2
-		if withMetrics {
+		if withMetrics && !*aa {
 			metrics.Publish(m)
 		} else {
 			metrics.Publish(nil)
@@ -106,7 +107,11 @@ func benchMetrics(args []string, out io.Writer) error {
 		}
 		return st, func() { st.Close(); sh.Close() }, nil
 	}
+	if *aa {
+		metrics.Publish(nil)
+	}
 	tOn, closeOn, err := mk("on")
+	metrics.Publish(m)
 	if err != nil {
 		return err
 	}

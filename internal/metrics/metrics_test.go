@@ -255,6 +255,17 @@ func TestCountsReachSegment(t *testing.T) {
 	if calls, bytes := read(OpAllReduce); calls != n || bytes != 8*n {
 		t.Errorf("after Flush: %d calls, %d bytes; want %d, %d", calls, bytes, n, 8*n)
 	}
+	// Timed: the calls whose count before them is a multiple of
+	// sampleEvery, 0, 256, 512 and 768, whatever path Start took.
+	if got, want := fast.s.ops[OpAllReduce].timedCalls, uint64((n+sampleEvery-1)/sampleEvery); got != want {
+		t.Errorf("fast calls: %d timed, want %d", got, want)
+	}
+	// An operation past NumOps counts nowhere, also after the real ones.
+	fast.Start(Op(OpAllReduce+opMask+1), 8).End(0, 8)
+	fast.Flush()
+	if calls, _ := read(OpAllReduce); calls != n {
+		t.Errorf("an unknown operation counted as allreduce: %d calls, want %d", calls, n)
+	}
 
 	slow := Comm{Name: "slow"}
 	for i := range 2*sampleEvery + 5 {
