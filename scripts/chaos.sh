@@ -33,8 +33,9 @@
 # Settings (environment): GEARRUN (a built gearrun; default: built from the
 # repository into the work directory), CHAOS_DIR (the work directory, kept:
 # the job's output is CHAOS_DIR/output.log; default a new one under $TMPDIR),
-# CHAOS_GAP (the seconds between events are drawn from [GAP, 2*GAP), default
-# 8), CHAOS_WAIT (seconds to wait for a restart, default 120).
+# CHAOS_GAP (each event comes [GAP, 2*GAP) seconds, in tenths, after the
+# generation's first report, default 1: room for 5 events before the DQN
+# jobs solve), CHAOS_WAIT (seconds to wait for a restart, default 120).
 set -uo pipefail
 
 usage() { echo "usage: scripts/chaos.sh [--slurm] --seed S --events N [--expect RE] JOBSPEC" >&2; exit 2; }
@@ -58,7 +59,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=${CHAOS_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/gear-chaos.XXXXXX")}
 mkdir -p "$work"
 out=$work/output.log
-gap=${CHAOS_GAP:-8}
+gap=${CHAOS_GAP:-1}
 restart_wait=${CHAOS_WAIT:-120}
 gearrun=${GEARRUN:-}
 if [[ -z $gearrun ]]; then
@@ -185,7 +186,10 @@ code_expected=0
 last_resumed=0
 for ev in $(seq "$events"); do
 	wait_world "$gen" || { say "event $ev: the job ended or did not come up (generation $gen)"; break; }
-	sleep $((gap + RANDOM % (gap > 0 ? gap : 1)))
+	# The moment: [gap, 2*gap) seconds (tenths drawn; [0, 1) for gap 0)
+	# after the generation's first report.
+	d=$((gap * 10 + RANDOM % (gap > 0 ? gap * 10 : 10)))
+	sleep "$((d / 10)).$((d % 10))"
 	running || { say "event $ev: the job ended before it"; break; }
 	kinds=(kill stop)
 	mapfile -t rk < <(ranks)

@@ -154,3 +154,79 @@ func TestGearrunMaxRestarts(t *testing.T) {
 	}
 	t.Logf("%d rows committed before the kill, %s; %s", committed, m[0], lastLine(log, "dqn: solved:"))
 }
+
+// TestActorLossKeepsLearnerState: when an actor is killed, the trainer is
+// told to stop and writes its state (learner, Adam's moments, table counts,
+// episodes) as it stops, and the next generation resumes the learner at the
+// gradient step it stopped at, not at its last periodic checkpoint (up to
+// a second older): nothing of the learning is rewound. The job is then
+// stopped with SIGTERM; no segment is left.
+func TestActorLossKeepsLearnerState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a DQN job under gearrun with a restart")
+	}
+	gearrun, dqn := binaries(t)
+	dir := t.TempDir()
+	job := fmt.Sprintf("dqnactorloss-%d", os.Getpid())
+	t.Cleanup(func() {
+		if left := segmentsLeft(job); len(left) > 0 {
+			t.Errorf("segments left: %v", left)
+			removeJobSegments(job)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gearrun, "--max-restarts", "1", "--checkpoint-dir", dir, "--job-id", job,
+		"-np", "1", dqn, "--role", "trainer", "--seed", "1", "--report-every", "1s", "--checkpoint-every", "1s",
+		"--target-return", "1000", ":", "-np", "1", dqn, "--role", "actor")
+	cmd.Env = withoutRankEnv()
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fail := func(format string, args ...any) {
+		t.Helper()
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf(format+"\n%s", append(args, out.String())...)
+	}
+	waitFor := func(what string, ok func(string) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(2 * time.Minute); !ok(out.String()); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				fail("no %s in 2 minutes", what)
+			}
+		}
+	}
+	// Learning has gone on for a while: some gradient steps past the
+	// first state checkpoint.
+	waitFor("learning", func(s string) bool { return strings.Count(s, "checkpoint replay.shard.0.ckpt") >= 2 })
+	m := regexp.MustCompile(`actor 0: rank 1, pid (\d+)`).FindStringSubmatch(out.String())
+	if m == nil {
+		fail("no actor pid")
+	}
+	pid, _ := strconv.Atoi(m[1])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		fail("kill: %v", err)
+	}
+	stoppedRe := regexp.MustCompile(`trainer 0: state written as it stops: (\d+) gradient steps`)
+	resumedRe := regexp.MustCompile(`trainer 0: learner resumed: (\d+) gradient steps`)
+	waitFor("resumed learner", func(s string) bool { return resumedRe.MatchString(s) })
+	log := out.String()
+	stopped, resumed := stoppedRe.FindStringSubmatch(log), resumedRe.FindStringSubmatch(log)
+	if stopped == nil {
+		fail("the trainer wrote no state as it stopped")
+	}
+	if stopped[1] != resumed[1] || stopped[1] == "0" {
+		fail("stopped at %s gradient steps, the next generation resumed %s", stopped[1], resumed[1])
+	}
+	if !strings.Contains(log, "restart 1 of 1") {
+		fail("gearrun logged no restart")
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		fail("SIGTERM: %v", err)
+	}
+	cmd.Wait()
+	t.Logf("%s; %s", stopped[0], resumed[0])
+}

@@ -361,19 +361,33 @@ func plural(n int, what string) string {
 }
 
 // saveState checkpoints the trainer's state (trainerState) to the job's
-// checkpoint directory once *next has passed, and sets the next time. It
-// runs in the training loop, between two gradient steps, so the learner is
-// still.
+// checkpoint directory once *next has passed, and sets the next time, every
+// stateEvery. It runs in the training loop, between two gradient steps, so
+// the learner is still.
 func (r *rankRun) saveState(t trainLoop, next *time.Time) error {
-	dir := checkpointDir(r.b)
-	if dir == "" || r.cfg.CheckpointEvery <= 0 {
+	if checkpointDir(r.b) == "" || r.cfg.CheckpointEvery <= 0 {
 		return nil
 	}
 	now := r.hooks.Clock.Now()
 	if now.Before(*next) {
 		return nil
 	}
-	*next = now.Add(r.cfg.CheckpointEvery)
+	*next = now.Add(stateEvery(r.cfg))
+	return r.writeState(t)
+}
+
+// stateEvery is the period of the trainer state's checkpoints: at most a
+// second, since a trainer killed outright resumes its learner from the last
+// one (the state is small: the network, its target and Adam's moments; a
+// trainer that is told to stop writes it once more as it stops), and at most
+// the shard's CheckpointEvery.
+func stateEvery(c Config) time.Duration {
+	return min(c.CheckpointEvery, time.Second)
+}
+
+// writeState writes the trainer's state now.
+func (r *rankRun) writeState(t trainLoop) error {
+	dir := checkpointDir(r.b)
 	ti, nt := r.trainerIndex(r.me), len(r.plan.Trainers)
 	info := t.st.Info()
 	s := &trainerState{
@@ -406,7 +420,22 @@ type trainLoop struct {
 // canceled by the episode stream), out of frames, or done measuring. With
 // several trainers, the first decides and the others learn it through the
 // gradient all-reduce, which carries a stop flag and the frame counts.
-func (r *rankRun) train(ctx context.Context, t trainLoop) error {
+func (r *rankRun) train(ctx context.Context, t trainLoop) (err error) {
+	// A trainer that stops before the run is over (the generation ends:
+	// another rank was lost, or the job is stopped) writes its state as it
+	// stops, between two gradient steps, so that the next generation
+	// resumes the learner where it stopped rather than at the last periodic
+	// checkpoint.
+	defer func() {
+		if t.parentErr(ctx) == nil || checkpointDir(r.b) == "" || r.cfg.CheckpointEvery <= 0 {
+			return
+		}
+		if serr := r.writeState(t); serr != nil {
+			err = errors.Join(err, serr)
+			return
+		}
+		r.hooks.Logf("trainer %d: state written as it stops: %d gradient steps", r.trainerIndex(r.me), t.learner.GradSteps())
+	}()
 	cfg := r.cfg
 	a := cfg.Agent
 	l := t.learner
