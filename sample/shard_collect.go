@@ -3,6 +3,7 @@ package sample
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gear-rl/gear/store"
 )
@@ -14,8 +15,19 @@ import (
 type CollectPlan struct {
 	st    *ShardTable
 	plans []colPlan
-	per   int // bytes per item, all columns
+	per   int   // bytes per item, all columns
+	cols  []int // the columns read, for Shard.Touch
+	group int   // items touched ahead of their copies (1: none)
 }
+
+// touchBytes bounds the bytes that CollectBatch brings into the cache ahead
+// of copying them (a group of items): well within a core's L2;
+// maxTouchGroup bounds the items of a group (their indices are on the
+// stack).
+const (
+	touchBytes    = 64 << 10
+	maxTouchGroup = 256
+)
 
 // PlanCollect resolves columns and w as Collect does, once.
 //
@@ -28,6 +40,15 @@ func (st *ShardTable) PlanCollect(columns []string, w Window) (*CollectPlan, err
 	p := &CollectPlan{st: st, plans: plans}
 	for _, c := range plans {
 		p.per += c.itemBytes()
+		p.cols = append(p.cols, c.col)
+	}
+	// Small items are touched in groups: pinning each row is a locked
+	// instruction, which waits for the loads before it, so rows copied one
+	// after the other take their cache misses one row at a time. Large
+	// ones stream through the hardware's own prefetch.
+	p.group = 1
+	if p.per <= 4<<10 {
+		p.group = min(maxTouchGroup, max(1, touchBytes/p.per))
 	}
 	return p, nil
 }
@@ -57,27 +78,49 @@ func (st *ShardTable) CollectBatch(ctx context.Context, p *CollectPlan, b *Batch
 			return fmt.Errorf("sample: table %q: collect of %d items: buffer %d holds %d bytes, want %d", st.t.name, n, i, len(dst[i]), n*c.itemBytes())
 		}
 	}
+	if p.per*n < parallelCopyBytes { // a closure for forEachParallel would allocate
+		return st.collectRange(ctx, p, b, dst, 0, n)
+	}
 	return forEachParallel(n, p.per*n, func(lo, hi int) error {
-		for k := lo; k < hi; k++ {
-			if k&63 == 0 {
-				if err := ctx.Err(); err != nil {
-					return fmt.Errorf("sample: table %q: collect: %w", st.t.name, err)
-				}
-			}
-			it := &b.Items[k]
-			v, err := st.shard.Read(store.Ref{Index: it.Index, Seq: it.Seq})
-			if err == nil {
-				copyView(p.plans, dst, k, v)
-				v.Done()
-				continue
-			}
-			if err := st.copyHeld(it.Index, p.plans, dst, k); err != nil {
-				return err
-			}
-		}
-		return nil
+		return st.collectRange(ctx, p, b, dst, lo, hi)
 	})
 }
+
+// collectRange is CollectBatch of items [lo, hi) of b.
+func (st *ShardTable) collectRange(ctx context.Context, p *CollectPlan, b *Batch, dst [][]byte, lo, hi int) error {
+	var touched uint64
+	var rows [maxTouchGroup]int
+	for k := lo; k < hi; k++ {
+		if k&63 == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("sample: table %q: collect: %w", st.t.name, err)
+			}
+		}
+		if p.group > 1 && (k-lo)%p.group == 0 {
+			// The next group's rows, all loads in flight together.
+			idx := rows[:min(hi, k+p.group)-k]
+			for j := range idx {
+				idx[j] = b.Items[k+j].Index
+			}
+			touched += st.shard.Touch(idx, p.cols)
+		}
+		it := &b.Items[k]
+		v, err := st.shard.Read(store.Ref{Index: it.Index, Seq: it.Seq})
+		if err == nil {
+			copyView(p.plans, dst, k, v)
+			v.Done()
+			continue
+		}
+		if err := st.copyHeld(it.Index, p.plans, dst, k); err != nil {
+			return err
+		}
+	}
+	touchSink.Add(touched)
+	return nil
+}
+
+// touchSink keeps what the touch passes read, so that their loads stay.
+var touchSink atomic.Uint64
 
 // copyHeld copies row idx, pinned by a batch whose sample deleted it, into
 // item k of dst.

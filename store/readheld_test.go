@@ -59,3 +59,43 @@ func TestReadHeld(t *testing.T) {
 		t.Fatalf("ReadHeld of another occupant: %v", err)
 	}
 }
+
+// TestTouch: Touch reads rows and changes nothing: no pin, the same
+// statuses and stats; indices out of range are skipped, and a closed shard
+// is not read.
+func TestTouch(t *testing.T) {
+	s := storetest.Create(t, storetest.Spec(4))
+	ref := insert(t, s, 7, 1)
+	before := s.Stats()
+	status, err := s.Status(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols := make([]int, len(s.Spec().Columns))
+	for i := range cols {
+		cols[i] = i
+	}
+	if x := s.Touch([]int{ref.Index, -1, s.Capacity(), 3}, cols); x == 0 {
+		t.Errorf("Touch of a committed row read 0 (its status word alone is not 0)")
+	}
+	if got := s.Stats(); got != before {
+		t.Errorf("stats after Touch %+v, before %+v", got, before)
+	}
+	if got, err := s.Status(ref); got != status || err != nil {
+		t.Errorf("status after Touch %v (%v), before %v", got, err, status)
+	}
+	if err := s.Release(ref); err != nil { // no pin left by Touch: freed at once
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Doomed != 0 {
+		t.Errorf("stats %+v: a row released after Touch is doomed (pinned)", st)
+	}
+	other, err := store.Attach(context.Background(), s.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	if x := other.Touch([]int{0}, cols); x != 0 {
+		t.Errorf("Touch of a closed handle read %d", x)
+	}
+}

@@ -455,6 +455,39 @@ func (s *Shard) BlockStride(col int) int { return s.l.cols[col].stride }
 // BlockBytes returns the size of one block of column col.
 func (s *Shard) BlockBytes(col int) int { return s.l.cols[col].blockBytes }
 
+// Touch reads the status of each row in indices and, for each column in
+// cols, one byte of each cache line of the rows' blocks, a column at a time,
+// so that a reader about to pin and copy many rows can first bring them all
+// into the cache together: the loads of different rows overlap, where a
+// pin's locked instruction would wait for each row's misses in turn. It
+// returns what it read, for the caller to keep (a load whose value is unused
+// may be left out by the compiler). It changes nothing and pins nothing; an
+// index out of range is skipped.
+func (s *Shard) Touch(indices []int, cols []int) uint64 {
+	if s.closed.Load() {
+		return 0
+	}
+	var x uint64
+	for _, i := range indices {
+		if i >= 0 && i < int(s.cap) {
+			x += s.row(uint32(i)).state.Load()
+		}
+	}
+	for _, col := range cols {
+		c := &s.l.cols[col]
+		t := s.tables[col]
+		for _, i := range indices {
+			if i < 0 || i >= int(s.cap) {
+				continue
+			}
+			for off := i * c.stride; off < i*c.stride+c.blockBytes; off += 64 {
+				x += uint64(t[off])
+			}
+		}
+	}
+	return x
+}
+
 func (s *Shard) block(col int, i uint32) []byte {
 	c := &s.l.cols[col]
 	off := int(i) * c.stride
