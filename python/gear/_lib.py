@@ -60,6 +60,7 @@ _SIGS = {
     "gear_shard_insert": ([_u64, _i64, _p, _p, _i32, _p, _i64, _P(_i64)], _i32),
     "gear_shard_stage": ([_u64, _P(_u64)], _i32),
     "gear_shard_put": ([_u64, _i64, _i32, _u64, _dbl, _P(_u64)], _i32),
+    "gear_shard_put_staged": ([_u64], _i32),
     "gear_table_sample": ([_u64, _i64, _i64, _i32, _p, _p, _p, _p, _p, _i32, _p, _p, _P(_i64), _P(_u64)], _i32),
     "gear_table_mutate": ([_u64, _i64, _p, _p, _i64, _p], _i32),
     "gear_table_reset": ([_u64], _i32),
@@ -84,7 +85,7 @@ def _load():
     # The same library through PyDLL: its calls keep the GIL, which spares
     # the GIL's release and retaking (a good part of a short call's cost)
     # and keeps other Python threads out while it runs. Only calls that
-    # never wait go through it (gear_shard_put with ms 0).
+    # never wait go through it (gear_shard_put with ms 0, gear_shard_put_staged).
     fast = ctypes.PyDLL(path, mode=os.RTLD_LAZY | os.RTLD_LOCAL)
     for name, (args, res) in _SIGS.items():
         for lb in (lib, fast):

@@ -152,7 +152,7 @@ class _Shard:
         # The staging row of insert: libgear's memory, viewed per column.
         addr = ctypes.c_uint64()
         _lib.check(lib.gear_shard_stage(handle, ctypes.byref(addr)))
-        self._stage_mem = (ctypes.c_char * max(lay["stage_bytes"], 1)).from_address(addr.value)
+        self._stage_mem = (ctypes.c_char * (lay["stage_bytes"] + 8)).from_address(addr.value)
         self._stage_bytes = np.frombuffer(self._stage_mem, np.uint8)
         self._stage = {}
         for c in self.columns.values():
@@ -160,6 +160,12 @@ class _Shard:
             # A 0-d view is set fastest at (), an array's at ...
             self._stage[c.name] = (raw.view(c.dtype).reshape(c.row_shape), () if c.row_shape == () else ..., c)
         self._put = _lib.fast.gear_shard_put
+        # insert's one-argument call: the priority lies in the staging row,
+        # written when it changes (ctypes converts each argument of a call,
+        # a good part of a short call's cost).
+        self._put_staged = _lib.fast.gear_shard_put_staged
+        self._stage_prio = self._stage_bytes[lay["stage_priority"]:lay["stage_priority"] + 8].view(np.float64).reshape(())
+        self._staged_prio = None
 
     def _handle(self):
         if self._h is None:
@@ -202,7 +208,11 @@ class _Shard:
         if h is None:
             self._handle()
         if key is None:
-            st = self._put(h, 0, 0, 0, priority, None)
+            if priority != self._staged_prio:
+                self._staged_prio = None
+                self._stage_prio[()] = float(priority)
+                self._staged_prio = priority
+            st = self._put_staged(h)
         else:
             st = self._put(h, 0, 1, key, priority, None)
         if st:  # not _lib.OK (0)

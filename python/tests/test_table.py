@@ -273,3 +273,31 @@ def test_insert_one_row_kinds_and_full_shard(gear, make_table):
     got = [t.sample(1, timeout=5) for _ in range(4)]
     assert [int(g.keys[0]) for g in got] == [4, 5, 6, 8]
     assert got[3].data["obs"][0].tolist() == [8, 8, 8] and got[3].data["a"][0] == 8 and got[3].data["r"][0] == 8.0
+
+
+def test_keyless_insert_priorities(gear, make_table):
+    """insert without a key passes its priority through the staging row,
+    rewritten only when it changes: every row keeps its own priority,
+    repeated or not, and a refused priority commits nothing and leaves the
+    next insert's priority right."""
+    t = make_table(sampler="maxheap", max_times_sampled=1)
+    prios = [1.0, 1.0, 2.5, 2.5, 0.5, 1.0, np.float32(4.0), 3]
+    for i, p in enumerate(prios):
+        t.insert(priority=p, x=np.full(2, i, np.float32))
+    with pytest.raises(gear.Error, match="(?i)nan"):
+        t.insert(priority=float("nan"), x=np.zeros(2, np.float32))
+    with pytest.raises((TypeError, ValueError)):
+        t.insert(priority="high", x=np.zeros(2, np.float32))
+    t.insert(priority=2.0, x=np.full(2, 8, np.float32))  # after a refused NaN
+    t.wait_admitted(10)
+    prios.append(2.0)
+    assert len(t) == len(prios)
+    got = []
+    for _ in prios:  # the max-heap gives them back highest first, each once
+        s = t.sample(1, timeout=5)
+        got.append((float(s.priorities[0]), int(s.data["x"][0][0])))
+    want = sorted(((float(p), i) for i, p in enumerate(prios)), key=lambda pi: (-pi[0], pi[1]))
+    assert [p for p, _ in got] == [p for p, _ in want]
+    assert {i for _, i in got} == set(range(len(prios)))
+    for p, i in got:
+        assert float(prios[i]) == p, f"row {i}: priority {p}, inserted with {prios[i]}"
