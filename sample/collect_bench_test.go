@@ -8,11 +8,9 @@ import (
 	"github.com/gear-rl/gear/store/storetest"
 )
 
-// BenchmarkCollectBatch is the Python client's training-loop path, in Go:
-// sample 256 items of a full 100,000-row table of 400-byte rows (the
-// columns of python/bench.py), collect every column into the same arrays
-// through a plan, release. "sample" times the sample and release alone.
-func BenchmarkCollectBatch(b *testing.B) {
+// pythonBenchTable is a table of python/bench.py's 400-byte rows: a full
+// 100,000 with a FIFO remover, over a shard with 4,096 rows to spare.
+func pythonBenchTable(b *testing.B) *ShardTable {
 	spec := store.Spec{Capacity: 100000 + 4096, Remover: store.RemoverNone, Columns: []store.Column{
 		{Name: "obs", DType: store.Float32, Shape: []int{96}, Length: 1},
 		{Name: "action", DType: store.Int32, Length: 1},
@@ -25,7 +23,16 @@ func BenchmarkCollectBatch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer st.Close()
+	b.Cleanup(func() { st.Close() })
+	return st
+}
+
+// BenchmarkCollectBatch is the Python client's training-loop path, in Go:
+// sample 256 items of a full 100,000-row table of 400-byte rows (the
+// columns of python/bench.py), collect every column into the same arrays
+// through a plan, release. "sample" times the sample and release alone.
+func BenchmarkCollectBatch(b *testing.B) {
+	st := pythonBenchTable(b)
 	ctx := context.Background()
 	for k := range 100000 {
 		if _, err := st.Insert(ctx, uint64(k), 1, func(store.Pending) error { return nil }); err != nil {
@@ -110,4 +117,41 @@ func TestCollectBatchAllocates(t *testing.T) {
 	if n := testing.AllocsPerRun(50, run); n != 0 {
 		t.Errorf("sample, collect and release: %v allocations", n)
 	}
+}
+
+// BenchmarkShardAdmit: a writer's commits of 400-byte rows into the shard
+// of a full table of 100,000 (each admission evicts the oldest row), in
+// batches of 256 as gear_shard_insert makes them, and the owner's
+// admission of all of them: the work that caps writers into one table.
+func BenchmarkShardAdmit(b *testing.B) {
+	st := pythonBenchTable(b)
+	sh := st.Shard()
+	w, err := store.Attach(context.Background(), sh.Name())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	ctx := context.Background()
+	commit := func(n int) {
+		for range n {
+			p, err := w.Allocate(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := p.Commit(1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := st.WaitAdmitted(ctx, w.CommitSeq()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	commit(100000)
+	b.ResetTimer()
+	rows := 0
+	for b.Loop() {
+		commit(256)
+		rows += 256
+	}
+	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
 }
