@@ -78,16 +78,25 @@ def timed(f, seconds):
             return done / dt
 
 
-def writer_proc(segment, seconds, start_at):
-    """A writer process: insert batches into segment until seconds pass."""
+def writer_proc(segment, seconds, start_at, mode):
+    """A writer process: insert rows into segment until seconds pass, in
+    batches of B (mode "batch") or one a call (mode "row", as an actor
+    inserts each step)."""
     rng = np.random.default_rng(os.getpid())
     w = gear.Writer(segment)
     data = rows(B, rng)
+    one = {k: v[0] for k, v in data.items()}
     while time.time() < start_at:
         time.sleep(0.001)
     done, t0, c0 = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - t0 < seconds:
-        done += w.insert_batch(data, 1.0)
+    if mode == "row":
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(100):
+                w.insert(1.0, **one)
+            done += 100
+    else:
+        while time.perf_counter() - t0 < seconds:
+            done += w.insert_batch(data, 1.0)
     dt = time.perf_counter() - t0
     print(done / dt, (time.process_time() - c0) / dt, flush=True)
     w.close()
@@ -98,10 +107,10 @@ def writer_proc(segment, seconds, start_at):
 cpu = {}
 
 
-def writers(segment, k, seconds):
+def writers(segment, k, seconds, mode="batch"):
     """Rows/s of k writer processes together."""
     start_at = time.time() + 1.5
-    ps = [subprocess.Popen([sys.executable, __file__, "--writer", segment, str(seconds), str(start_at)],
+    ps = [subprocess.Popen([sys.executable, __file__, "--writer", segment, str(seconds), str(start_at), mode],
                            stdout=subprocess.PIPE, text=True) for _ in range(k)]
     while time.time() < start_at:
         time.sleep(0.001)
@@ -118,10 +127,10 @@ def main():
     ap.add_argument("--capacity", type=int, default=100000)
     ap.add_argument("--writer-capacity", type=int, default=1000000,
                     help="rows of the fresh tables the writer processes fill (400 B each)")
-    ap.add_argument("--writer", nargs=3)
+    ap.add_argument("--writer", nargs=4)
     a = ap.parse_args()
     if a.writer:
-        writer_proc(a.writer[0], float(a.writer[1]), float(a.writer[2]))
+        writer_proc(a.writer[0], float(a.writer[1]), float(a.writer[2]), a.writer[3])
         return
     rng = np.random.default_rng(0)
     t = gear.Table(name="bench", capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
@@ -179,15 +188,28 @@ def main():
     print_cpu()
     t.close()
 
-    def fresh(k):
+    def fresh(k, mode="batch"):
         """k writers into a fresh table with room for every row they write."""
         f = gear.Table(name="fresh", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096)
         try:
-            return writers(f.segment, k, a.seconds)
+            return writers(f.segment, k, a.seconds, mode)
         finally:
             f.close()
     one_f, two_f = pairs(fresh, a.repeats)
     print(f"{'writer processes, table with room':34} one {one_f:,.0f} rows/s, two {two_f:,.0f} rows/s: {two_f / one_f:.2f}x")
+    print_cpu()
+    # Actors insert a row a step: each writer's own Python then costs more
+    # than the owner's admission of its rows, which the batches above do not.
+    full = gear.Table(name="rowwise", capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
+                      extra_rows=4096)
+    try:
+        for _ in range(a.capacity // B + 1):
+            full.insert_batch(batch)
+        full.wait_admitted(30)
+        one_r, two_r = pairs(lambda k: writers(full.segment, k, a.seconds, "row"), a.repeats)
+    finally:
+        full.close()
+    print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {two_r / one_r:.2f}x")
     print_cpu()
 
 

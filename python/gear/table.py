@@ -158,7 +158,10 @@ class _Shard:
         for c in self.columns.values():
             raw = self._stage_bytes[c.stage_offset:c.stage_offset + c.block_bytes]
             # A 0-d view is set fastest at (), an array's at ...
-            self._stage[c.name] = (raw.view(c.dtype).reshape(c.row_shape), () if c.row_shape == () else ..., c)
+            # (view, index to set it at, dtype, row shape, numpy scalar type,
+            # column): what insert reads per column, unpacked at once.
+            self._stage[c.name] = (raw.view(c.dtype).reshape(c.row_shape), () if c.row_shape == () else ...,
+                                   c.dtype, c.row_shape, c.scalar, c)
         self._put = _lib.fast.gear_shard_put
         # insert's one-argument call: the priority lies in the staging row,
         # written when it changes (ctypes converts each argument of a call,
@@ -186,23 +189,24 @@ class _Shard:
         arrays and tensors must have the column's dtype). A wrong dtype or shape
         raises ValueError naming the column, and nothing is inserted. The
         values are written into the handle's staging row (memory of
-        libgear's), which one call (gear_shard_put) copies into a free row of
-        the shard and commits. Waits up to timeout seconds (None: no limit)
+        libgear's), which one call (gear_shard_put_staged, or gear_shard_put
+        with a key) copies into a free row of the shard and commits. Waits up to timeout seconds (None: no limit)
         while the shard is full. Not for two threads on one handle at once."""
         stage = self._stage
         if len(columns) != len(stage):
             self._check_names(columns)
         for name, v in columns.items():
             try:
-                view, at, c = stage[name]
+                view, at, dtype, shape, scalar, c = stage[name]
             except KeyError:
                 self._check_names(columns)
             t = type(v)
-            if t is np.ndarray:
-                if (v.dtype is not c.dtype and v.dtype != c.dtype) or v.shape != c.row_shape:
+            if t is not scalar:
+                if t is np.ndarray:
+                    if (v.dtype is not dtype and v.dtype != dtype) or v.shape != shape:
+                        v = c.check(v)
+                else:
                     v = c.check(v)
-            elif t is not c.scalar:
-                v = c.check(v)
             view[at] = v
         h = self._h
         if h is None:
