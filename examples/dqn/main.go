@@ -125,7 +125,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	// --plot mode.
 	fs.StringVar(&o.plot, "plot", "", "draw the learning curve of this CSV (written by --curve) as a PNG, and exit")
 	fs.StringVar(&o.plotOut, "out", "", "the PNG --plot writes (default: the CSV's name with .png)")
-	fs.Func("compare", "with --plot, also draw the running mean of this other run's CSV (repeatable, up to 3)", func(v string) error {
+	fs.Func("compare", "with --plot, also draw the running mean of this other run's CSV (repeatable, up to 5)", func(v string) error {
 		o.compare = append(o.compare, v)
 		return nil
 	})

@@ -165,6 +165,19 @@ func TestPlotCompare(t *testing.T) {
 	if code := run([]string{"--plot", killed, "--compare", filepath.Join(dir, "missing.csv")}, &out, &errb); code != 1 {
 		t.Errorf("--compare of a missing file: exit %d, want 1", code)
 	}
+	// Up to five other runs, each in a color of its own; a sixth is refused.
+	args := []string{"--plot", killed, "--out", pngPath}
+	for i := range 6 {
+		args = append(args, "--compare", write(fmt.Sprintf("clean%d.csv", i), float64(200+10*i)))
+	}
+	out.Reset()
+	if code := run(args[:len(args)-2], &out, &errb); code != 0 || !strings.Contains(out.String(), "clean4.csv: final mean 245.0") {
+		t.Errorf("--plot with 5 --compare: exit %d, %q, %s", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := run(args, &out, &errb); code != 2 || !strings.Contains(errb.String(), "6 --compare curves, at most 5") {
+		t.Errorf("--plot with 6 --compare: exit %d, %q", code, errb.String())
+	}
 }
 
 // TestCurveAcrossRestarts: each episode is in the curve's file as soon as it

@@ -29,8 +29,8 @@ func plotCurve(o *options, stdout, stderr io.Writer) int {
 		chart.MeanLabel = o.label
 	}
 	said := chart.Subtitle // the subtitle and the other runs' final means
-	if len(o.compare) > 3 {
-		fmt.Fprintf(stderr, "dqn: plot: %d --compare curves, at most 3\n", len(o.compare))
+	if len(o.compare) > plot.MaxCompare {
+		fmt.Fprintf(stderr, "dqn: plot: %d --compare curves, at most %d\n", len(o.compare), plot.MaxCompare)
 		return 2
 	}
 	for i, path := range o.compare {

@@ -42,7 +42,12 @@ type Series struct {
 }
 
 // compareColors are the lines of Chart.Compare, in order.
-var compareColors = []color.RGBA{{230, 120, 20, 255}, {40, 150, 60, 255}, {150, 40, 150, 255}}
+var compareColors = []color.RGBA{{230, 120, 20, 255}, {40, 150, 60, 255}, {150, 40, 150, 255},
+	{20, 160, 170, 255}, {120, 120, 120, 255}}
+
+// MaxCompare is the most Chart.Compare series a chart tells apart (one
+// color each).
+const MaxCompare = 5
 
 // Size of the image and of its margins, in pixels; text is drawn with each
 // font pixel scale×scale.
