@@ -3,8 +3,9 @@
 # it harm: SIGKILL of a random rank, SIGSTOP of a random rank for longer than
 # the heartbeat timeout (then SIGCONT), and with --slurm the loss of a whole
 # node of the local cluster (scripts/slurm-local.sh up --nodes N: every
-# process of its network namespace, slurmd included, killed). After each
-# event and at the end it checks the invariants of docs/elastic.md:
+# process of its network namespace, slurmd included, killed; brought back up
+# at the end). After each event and at the end it checks the invariants of
+# docs/elastic.md:
 #
 #   rows      no committed row is lost by the restart: the rows the trainer
 #             last reported before the event (its table's size, or for a
@@ -344,6 +345,17 @@ if ((slurm)); then
 		fi
 	done
 	say "sweep: $(grep -o 'gearrun: sweep of [^:]*: removed [0-9]* segments' "$out" | sed 's/gearrun: sweep of //' | paste -sd ';' -)"
+fi
+# The nodes taken down come back (their slurmd started again in their
+# namespace, their state resumed), so that the next run has the whole
+# cluster: scripts/slurm-local.sh up starts only what is not running.
+if ((slurm && down > 0)); then
+	all=$(sinfo -h -N -o %N 2>/dev/null | sort -u | wc -l)
+	if "$root/scripts/slurm-local.sh" up --nodes "$all" >"$work/revive.log" 2>&1; then
+		say "nodes ${downed[*]} back up (scripts/slurm-local.sh up)"
+	else
+		bad "revive: nodes ${downed[*]} did not come back; see $work/revive.log"
+	fi
 fi
 if [[ -n $expect ]] && ! grep -Eq "$expect" "$out"; then
 	bad "expect: no line matching '$expect' (output: $out)"
