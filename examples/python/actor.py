@@ -26,7 +26,6 @@ def main():
     # Each actor explores with its own epsilon range (Ape-X style).
     eps_floor = [0.01, 0.05][world.role_rank % 2]
     steps, frames = 0, 0
-    prio = 1.0  # the learner's highest priority yet (status), for new transitions
     hist = [[] for _ in range(ENVS)]  # per environment: (obs, action) of the steps not yet written
     t0 = time.time()
     while True:
@@ -54,16 +53,14 @@ def main():
                     "obs": np.stack([t[0] for t in out]), "action": np.array([t[1] for t in out], np.int32),
                     "reward": ((1 - GAMMA ** m) / (1 - GAMMA)).astype(np.float32),
                     "discount": np.where([t[3] for t in out], 0.0, GAMMA ** m).astype(np.float32),
-                    "next_obs": np.stack([t[4] for t in out])}, priorities=prio)
+                    "next_obs": np.stack([t[4] for t in out])}, priorities=1.0)
             except gear.Closed:
                 break  # the learner is done and closed its table
         steps += 1
         if steps % 25 == 0:
             theta.read()
-            if status.read():
-                if status.params[0] > 0:
-                    break
-                prio = float(status.params[1])
+            if status.read() and status.params[0] > 0:
+                break
     print(f"actor {world.role_rank}: {frames} frames in {time.time() - t0:.1f} s", flush=True)
     table.close()
     world.barrier(timeout=60)

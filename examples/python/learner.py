@@ -51,11 +51,10 @@ def main():
     target.load_state_dict(online.state_dict())
     opt = torch.optim.Adam(online.parameters(), lr=1e-3)
     theta = gear.Publisher(world, PARAMS, NPARAMS)
-    status = gear.Publisher(world, STATUS, 2)  # [stop, the priority of new transitions]
+    status = gear.Publisher(world, STATUS, 1)
     version = 1
     theta.publish(version, flat(online))
-    max_prio = 1.0  # new transitions are sampled at the highest priority seen (prioritized replay)
-    status.publish(1, np.array([0, max_prio], np.float32))
+    status.publish(1, np.zeros(1, np.float32))
     t0 = time.time()
     buf, updates, best = None, 0, 0.0
     while True:
@@ -77,9 +76,7 @@ def main():
         loss.backward()
         nn.utils.clip_grad_norm_(online.parameters(), 10.0)
         opt.step()
-        prios = td.detach().abs().numpy() + 1e-3
-        table.update_priorities(buf.keys, prios)
-        max_prio = max(max_prio, float(prios.max()))
+        table.update_priorities(buf.keys, td.detach().abs().numpy() + 1e-3)
         updates += 1
         with torch.no_grad():  # a soft target update (Polyak averaging)
             for p, tp in zip(online.parameters(), target.parameters()):
@@ -87,7 +84,6 @@ def main():
         if updates % 20 == 0:
             version += 1
             theta.publish(version, flat(online))
-            status.publish(version, np.array([0, max_prio], np.float32))
         if updates % 100 == 0:  # greedy evaluation is cheap (~0.1 s): look often, stop at the first solving policy
             score = evaluate(online)
             best = max(best, score)
@@ -96,7 +92,7 @@ def main():
                   f"greedy mean return over 100 episodes {score:.1f} ({time.time() - t0:.0f} s)", flush=True)
             if score >= 475:
                 break
-    status.publish(version + 1, np.array([1, max_prio], np.float32))
+    status.publish(2, np.ones(1, np.float32))
     print(f"solved: mean return {score:.1f} over 100 episodes after {updates} updates, "
           f"{table.info()['inserts']} frames, {time.time() - t0:.1f} s", flush=True)
     table.close()  # the actors' inserts now fail with gear.Closed: their cue to stop
