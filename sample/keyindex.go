@@ -40,6 +40,16 @@ func (x *keyIndex) get(key uint64) (int32, bool) {
 	}
 }
 
+// touch reads key's home cell and returns its slot word, so that a caller
+// about to look up or set many keys can bring their cells into the cache
+// together (the loads overlap) before it does.
+func (x *keyIndex) touch(key uint64) int32 {
+	if len(x.cells) == 0 {
+		return 0
+	}
+	return x.cells[x.home(key)].slot
+}
+
 // set maps key to slot (slot >= 0).
 func (x *keyIndex) set(key uint64, slot int32) {
 	if 2*(x.n+1) > len(x.cells) {

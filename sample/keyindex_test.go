@@ -59,6 +59,29 @@ func TestKeyIndex(t *testing.T) {
 	if _, ok := x.get(3999); ok {
 		t.Fatal("key 3999 left the window and is still found")
 	}
+	// touch reads a key's home cell and changes nothing: a key at its home
+	// gives its slot word (slot+1), and every key reads as before after.
+	var empty keyIndex
+	if got := empty.touch(7); got != 0 {
+		t.Errorf("touch of an empty index: %d", got)
+	}
+	atHome := 0
+	for k := range uint64(5000) {
+		c := x.cells[x.home(k)]
+		if got := x.touch(k); got != c.slot {
+			t.Fatalf("touch(%d) = %d, its home cell holds %d", k, got, c.slot)
+		}
+		if c.key == k && c.slot != 0 {
+			atHome++
+			if v, _ := x.get(k); c.slot != v+1 {
+				t.Fatalf("key %d at home with slot word %d, get says %d", k, c.slot, v)
+			}
+		}
+	}
+	if atHome == 0 {
+		t.Fatal("no key of the window at its home cell")
+	}
+	check(-3)
 }
 
 // BenchmarkKeyIndexFIFO is a full table's key churn: one key in, the oldest
