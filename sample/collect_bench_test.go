@@ -155,3 +155,57 @@ func BenchmarkShardAdmit(b *testing.B) {
 	}
 	b.ReportMetric(float64(rows)/b.Elapsed().Seconds(), "rows/s")
 }
+
+// A plan groups rows for the touch pass by the bytes Shard.Touch reads,
+// whole blocks, not by the window it copies: a one-frame window over long
+// trajectories is not touched ahead (256 rows of 64 KiB blocks would be 16
+// MiB), while short rows are, and a windowed plan still collects right.
+func TestCollectPlanGroupsByBlocks(t *testing.T) {
+	spec := store.Spec{Capacity: 64, Remover: store.RemoverNone, Columns: []store.Column{
+		{Name: "traj", DType: store.Uint8, Shape: []int{64}, Length: 1024},
+		{Name: "r", DType: store.Float32, Length: 1},
+	}}
+	sh := storetest.Create(t, spec)
+	st, err := NewShardTable(sh, Config{Name: "groups", Sampler: NewFIFO(), Remover: NewFIFO()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	long, err := st.PlanCollect([]string{"traj"}, Window{Offset: 1023, Length: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if long.per != 64 || long.group != 1 {
+		t.Errorf("one 64-byte frame of 64 KiB blocks: %d bytes an item, groups of %d; want 64, 1", long.per, long.group)
+	}
+	short, err := st.PlanCollect([]string{"r"}, Window{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if short.group != maxTouchGroup {
+		t.Errorf("4-byte rows: groups of %d, want %d", short.group, maxTouchGroup)
+	}
+	ctx := context.Background()
+	for k := range 3 {
+		if _, err := st.Insert(ctx, uint64(k), 1, func(p store.Pending) error {
+			p.Block(0)[1023*64] = byte(10 + k)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b Batch
+	if err := st.SampleInto(ctx, &b, 3); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	dst := [][]byte{make([]byte, 3*64)}
+	if err := st.CollectBatch(ctx, long, &b, dst); err != nil {
+		t.Fatal(err)
+	}
+	for k, it := range b.Items {
+		if got := dst[0][64*k]; got != byte(10+it.Key) {
+			t.Errorf("item %d (key %d): last frame starts with %d, want %d", k, it.Key, got, 10+it.Key)
+		}
+	}
+}

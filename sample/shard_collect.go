@@ -38,17 +38,19 @@ func (st *ShardTable) PlanCollect(columns []string, w Window) (*CollectPlan, err
 		return nil, err
 	}
 	p := &CollectPlan{st: st, plans: plans}
+	touched := 0 // bytes per item that Shard.Touch reads: whole blocks, whatever the window
 	for _, c := range plans {
 		p.per += c.itemBytes()
 		p.cols = append(p.cols, c.col)
+		touched += st.shard.BlockBytes(c.col)
 	}
-	// Small items are touched in groups: pinning each row is a locked
+	// Small rows are touched in groups: pinning each row is a locked
 	// instruction, which waits for the loads before it, so rows copied one
 	// after the other take their cache misses one row at a time. Large
 	// ones stream through the hardware's own prefetch.
 	p.group = 1
-	if p.per <= 4<<10 {
-		p.group = min(maxTouchGroup, max(1, touchBytes/p.per))
+	if touched <= 4<<10 {
+		p.group = min(maxTouchGroup, max(1, touchBytes/touched))
 	}
 	return p, nil
 }
@@ -90,15 +92,17 @@ func (st *ShardTable) CollectBatch(ctx context.Context, p *CollectPlan, b *Batch
 func (st *ShardTable) collectRange(ctx context.Context, p *CollectPlan, b *Batch, dst [][]byte, lo, hi int) error {
 	var touched uint64
 	var rows [maxTouchGroup]int
+	nextGroup := lo // the first item of the next group to touch
 	for k := lo; k < hi; k++ {
 		if k&63 == 0 {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("sample: table %q: collect: %w", st.t.name, err)
 			}
 		}
-		if p.group > 1 && (k-lo)%p.group == 0 {
+		if p.group > 1 && k == nextGroup {
 			// The next group's rows, all loads in flight together.
-			idx := rows[:min(hi, k+p.group)-k]
+			nextGroup = min(hi, k+p.group)
+			idx := rows[:nextGroup-k]
 			for j := range idx {
 				idx[j] = b.Items[k+j].Index
 			}

@@ -474,14 +474,13 @@ func (s *Shard) Touch(indices []int, cols []int) uint64 {
 		}
 	}
 	for _, col := range cols {
-		c := &s.l.cols[col]
-		t := s.tables[col]
 		for _, i := range indices {
 			if i < 0 || i >= int(s.cap) {
 				continue
 			}
-			for off := i * c.stride; off < i*c.stride+c.blockBytes; off += 64 {
-				x += uint64(t[off])
+			b := s.block(col, uint32(i))
+			for off := 0; off < len(b); off += 64 {
+				x += uint64(b[off])
 			}
 		}
 	}

@@ -292,8 +292,8 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 		return err
 	})
 	// Checkpoints of the shard, every CheckpointEvery.
-	if dir := checkpointDir(r.b); dir != "" && cfg.CheckpointEvery > 0 {
-		g.Go(func() error { return r.checkpointShards(gctx, shard, dir, merged) })
+	if r.checkpointing() {
+		g.Go(func() error { return r.checkpointShards(gctx, shard, checkpointDir(r.b), merged) })
 	}
 	// The episode stream.
 	if publisher {
@@ -365,7 +365,7 @@ func plural(n int, what string) string {
 // stateEvery. It runs in the training loop, between two gradient steps, so
 // the learner is still.
 func (r *rankRun) saveState(t trainLoop, next *time.Time) error {
-	if checkpointDir(r.b) == "" || r.cfg.CheckpointEvery <= 0 {
+	if !r.checkpointing() {
 		return nil
 	}
 	now := r.hooks.Clock.Now()
@@ -374,6 +374,12 @@ func (r *rankRun) saveState(t trainLoop, next *time.Time) error {
 	}
 	*next = now.Add(stateEvery(r.cfg))
 	return r.writeState(t)
+}
+
+// checkpointing reports whether the trainer checkpoints its shard and its
+// state: the job has a checkpoint directory and checkpoints are on.
+func (r *rankRun) checkpointing() bool {
+	return checkpointDir(r.b) != "" && r.cfg.CheckpointEvery > 0
 }
 
 // stateEvery is the period of the trainer state's checkpoints: at most a
@@ -427,7 +433,7 @@ func (r *rankRun) train(ctx context.Context, t trainLoop) (err error) {
 	// resumes the learner where it stopped rather than at the last periodic
 	// checkpoint.
 	defer func() {
-		if t.parentErr(ctx) == nil || checkpointDir(r.b) == "" || r.cfg.CheckpointEvery <= 0 {
+		if t.parentErr(ctx) == nil || !r.checkpointing() {
 			return
 		}
 		if serr := r.writeState(t); serr != nil {
