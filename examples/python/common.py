@@ -1,6 +1,7 @@
 """What the DQN example's learner and actors share: a vectorized numpy
-CartPole-v1, the Q-network's layout as one flat float32 vector, and finding
-the gear package (installed, or this checkout's python/)."""
+CartPole-v1, the Q-network's layout as one flat float32 vector, finding
+the gear package (installed, or this checkout's python/), and a check of the
+BLAS that numpy and torch multiply with."""
 
 import os
 import sys
@@ -18,6 +19,28 @@ SIZES = [(HIDDEN, 4), (HIDDEN,), (HIDDEN, HIDDEN), (HIDDEN,), (2, HIDDEN), (2,)]
 NPARAMS = sum(int(np.prod(s)) for s in SIZES)
 PARAMS = "dqn-theta"   # parameter service: the online network
 STATUS = "dqn-status"  # parameter service: [stop]
+
+# Debian's reference BLAS (libblas3, what python3-numpy and python3-torch pull
+# in alone): a 128x64 by 64x64 product took 429 us through torch and 222 us
+# through numpy, against 19 us with OpenBLAS (docs/python.md).
+REFERENCE_BLAS = "/blas/libblas.so.3"  # its file, libblas.so.3.x.y, in a directory named blas
+
+
+def blas_warning(maps="/proc/self/maps"):
+    """A line to print when this process multiplies matrices with the
+    reference BLAS (maps: the process's memory map), else None. numpy and
+    torch (Debian's builds) call whatever libblas.so.3 the system's
+    alternatives name; the reference one is about 20 times slower than an
+    optimized one at the example's sizes."""
+    try:
+        with open(maps) as f:
+            ref = sorted({ln.split()[-1] for ln in f if REFERENCE_BLAS in ln})
+    except OSError:
+        return None
+    if ref:
+        return (f"warning: numpy and torch multiply with the reference BLAS ({ref[0]}), "
+                "about 20 times slower than OpenBLAS at these sizes: apt-get install libopenblas0")
+    return None
 
 
 class CartPole:
