@@ -26,6 +26,10 @@
 # none): a run stopped there keeps the sizes it finished, and its wall time
 # shows in the table as "> S".
 #
+# GEAR_ARGS adds flags to every gearbench run; with GEAR_ARGS=--memcpy every
+# rank also times a plain copy of each size, and the table gains a column:
+# gear's bus bandwidth as a fraction of that copy's (median round).
+#
 # BUSY=K starts K busy loops (shell processes that never sleep) before the
 # first round and stops them after the last, so that both sides run beside
 # other work sharing the cores.
@@ -45,6 +49,7 @@ TRANSPORTS=${TRANSPORTS:-shm tcp}
 MPI_TCP_IF=${MPI_TCP_IF:-lo}
 BUSY=${BUSY:-0}
 LIMIT=${LIMIT:-0}
+GEAR_ARGS=${GEAR_ARGS:-}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gear-allreduce.XXXXXX")}
 mkdir -p "$OUT"
@@ -101,7 +106,7 @@ for round in $(seq 1 "$ROUNDS"); do
 			echo "allreduce.sh: round $round, np $np, $tr" >&2
 			t0=$(now)
 			gs=$(bounded "$OUT/gear.$tr.np$np.r$round.jsonl" \
-				env $gearenv "$OUT/gearrun" --tag-output=false -np "$np" "$OUT/gearbench" allreduce --sizes "$SIZES" --iters "$ITERS" --json)
+				env $gearenv "$OUT/gearrun" --tag-output=false -np "$np" "$OUT/gearbench" allreduce --sizes "$SIZES" --iters "$ITERS" --json $GEAR_ARGS)
 			t1=$(now)
 			ms=$(bounded "$OUT/mpi.$tr.np$np.r$round.jsonl" \
 				$MPIRUN $over $mca -np "$np" "$OUT/mpi_allreduce" --sizes "$SIZES" --iters "$ITERS" --json)
@@ -122,7 +127,7 @@ done | awk '
 function field(line, key,    m) {
 	if (match(line, "\"" key "\":[-+0-9.eE]+")) {
 		m = substr(line, RSTART, RLENGTH)
-		sub(/^"[a-z]+":/, "", m)
+		sub(/^"[a-z_]+":/, "", m)
 		return m + 0
 	}
 	return -1
@@ -134,6 +139,14 @@ function field(line, key,    m) {
 	c = ++cnt[who, k]; sec[who, k, c] = s
 	if (!((who, k) in best) || s < best[who, k]) best[who, k] = s
 	bytes[k] = b; nps[k] = np; trs[k] = tr
+	r = field($0, "busbw_per_memcpy")
+	if (who == "gear" && r >= 0) { cr = ++rcnt[k]; rat[k, cr] = r; anyr = 1 }
+}
+function medr(k,    c, i, j, t, a) {
+	c = rcnt[k]
+	for (i = 1; i <= c; i++) a[i] = rat[k, i]
+	for (i = 2; i <= c; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+	return (c % 2) ? a[(c+1)/2] : (a[c/2] + a[c/2+1]) / 2
 }
 function med(who, k,    c, i, j, t, a) {
 	c = cnt[who, k]
@@ -143,13 +156,13 @@ function med(who, k,    c, i, j, t, a) {
 }
 function busbw(np, b, s) { return (s > 0) ? 2 * (np - 1) / np * b / s : 0 }
 END {
-	printf "%4s %3s %10s %12s %12s %12s %12s %9s %9s\n", "tr", "np", "bytes", "gear us", "mpi us", "gear busbw", "mpi busbw", "time g/m", "best g/m"
+	printf "%4s %3s %10s %12s %12s %12s %12s %9s %9s%s\n", "tr", "np", "bytes", "gear us", "mpi us", "gear busbw", "mpi busbw", "time g/m", "best g/m", anyr ? "  g busbw/memcpy" : ""
 	for (i = 1; i <= n; i++) {
 		k = order[i]
 		g = med("gear", k); m = med("mpi", k)
 		rt = (m > 0) ? g / m : 0
 		rb = (best["mpi", k] > 0) ? best["gear", k] / best["mpi", k] : 0
-		printf "%4s %3d %10d %12.3f %12.3f %10.2fGB %10.2fGB %9.2f %9.2f\n", trs[k], nps[k], bytes[k], g * 1e6, m * 1e6, busbw(nps[k], bytes[k], g) / 1e9, busbw(nps[k], bytes[k], m) / 1e9, rt, rb
+		printf "%4s %3d %10d %12.3f %12.3f %10.2fGB %10.2fGB %9.2f %9.2f%s\n", trs[k], nps[k], bytes[k], g * 1e6, m * 1e6, busbw(nps[k], bytes[k], g) / 1e9, busbw(nps[k], bytes[k], m) / 1e9, rt, rb, (rcnt[k] > 0) ? sprintf("  %15.2f", medr(k)) : ""
 	}
 }'
 stop_busy

@@ -111,11 +111,12 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 	stream := fs.String("stream", "default", "smallest call written with streaming stores (Tuning.StreamBytes); \"never\" for none")
 	spin := fs.Duration("spin", -1, "shared-memory spin before sleeping (Tuning.Spin); negative: default")
 	boardB := fs.String("board", "-1", "largest AllReduce on the shared-memory board, 0 for none (Tuning.BoardBytes); -1: default")
+	memcpyRef := fs.Bool("memcpy", false, "also time a copy of each size on every rank at once (the same batches and repetitions), and report the call's bus bandwidth as a fraction of it")
 	bind := fs.String("bind", "auto", "pin every rank to one core: auto (when the machine has a core per rank, counting the ranks of other network namespaces on it, as mpirun does), core, none")
 	strategyFlag := fs.String("strategy", "", "allreduce only: run the layout-aware reduction of GEAR_GMI_LAYOUT (or --layout) with this strategy: auto (Algorithm 1), mpr, mrr, har")
 	layoutFlag := fs.String("layout", "", "allreduce only: the GMI-to-GPU mapping list, e.g. [[0,1,2],[3,4,5]], instead of GEAR_GMI_LAYOUT; implies --strategy auto")
 	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%v (flags: --sizes LIST --iters K --json --timeout D --bind auto|core|none --chunk B --ring B --small B --small-bcast B --stream B|never --spin D --board B --strategy auto|mpr|mrr|har --layout LIST)", err)
+		return fmt.Errorf("%v (flags: --sizes LIST --iters K --json --timeout D --memcpy --bind auto|core|none --chunk B --ring B --small B --small-bcast B --stream B|never --spin D --board B --strategy auto|mpr|mrr|har --layout LIST)", err)
 	}
 	layout, err := parseLayoutFlags(op, *strategyFlag, *layoutFlag)
 	if err != nil {
@@ -233,12 +234,21 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 		if sec > 0 {
 			algbw = float64(bc.bytes) / sec
 		}
+		var copyBps float64
+		if *memcpyRef {
+			if copyBps, err = timeCopies(ctx, c, bc.bytes, batch, times); err != nil {
+				return fmt.Errorf("size %d: memcpy: %w", size, err)
+			}
+		}
 		if c.Rank() == 0 {
 			fields := []kv{{"op", op}, {"np", c.Size()}}
 			if layout != nil {
 				fields = append(fields, strategy)
 			}
 			fields = append(fields, kv{"bytes", bc.bytes}, kv{"seconds", sec}, kv{"algbw", algbw}, kv{"busbw", algbw * bc.busbw})
+			if copyBps > 0 {
+				fields = append(fields, kv{"memcpy_bytes_per_s", copyBps}, kv{"busbw_per_memcpy", algbw * bc.busbw / copyBps})
+			}
 			if err := em.emit(fields...); err != nil {
 				return err
 			}
@@ -352,6 +362,37 @@ func warmUp(ctx context.Context, c *collective.Comm) error {
 }
 
 const warmTime = 500 * time.Millisecond
+
+// timeCopies is the memcpy reference of --memcpy: every rank copies bytes
+// from one buffer to another (Go's copy, both in cache after the first, as a
+// call's buffers are) in batches of batch, len(times) repetitions each
+// between two barriers, all ranks at once so that they share the machine as
+// the calls did; it returns this rank's median bytes per second.
+func timeCopies(ctx context.Context, c *collective.Comm, bytes, batch int, times []float64) (float64, error) {
+	if bytes <= 0 {
+		return 0, nil
+	}
+	src, dst := make([]byte, bytes), make([]byte, bytes)
+	fillPattern(src, 7)
+	copy(dst, src)
+	for it := range times {
+		if err := c.Barrier(ctx); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		for range batch {
+			copy(dst, src)
+		}
+		times[it] = time.Since(t0).Seconds() / float64(batch)
+	}
+	if err := c.Barrier(ctx); err != nil {
+		return 0, err
+	}
+	if sec := median(times); sec > 0 {
+		return float64(bytes) / sec, nil
+	}
+	return 0, nil
+}
 
 // batchLen is how many calls one timed repetition makes: about 4 MiB of payload.
 func batchLen(bytes int) int {

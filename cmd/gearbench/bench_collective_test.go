@@ -59,6 +59,39 @@ func TestBenchCollectivesOneProcess(t *testing.T) {
 	}
 }
 
+// --memcpy adds the copy reference to every line: its rate, and the call's bus
+// bandwidth as a fraction of it.
+func TestBenchAllReduceMemcpy(t *testing.T) {
+	var out bytes.Buffer
+	if err := benchAllReduce([]string{"--sizes", "8,64K", "--iters", "3", "--json", "--bind", "none", "--memcpy"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	collectiveLines(t, out.String(), "allreduce", 1, []int{8, 64 << 10})
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m struct {
+			Busbw   float64
+			Memcpy  float64 `json:"memcpy_bytes_per_s"`
+			PerCopy float64 `json:"busbw_per_memcpy"`
+		}
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		if m.Memcpy <= 0 {
+			t.Fatalf("line %q: no memcpy rate", l)
+		}
+		if want := m.Busbw / m.Memcpy; m.PerCopy != want {
+			t.Fatalf("line %q: busbw_per_memcpy %g, want busbw/memcpy = %g", l, m.PerCopy, want)
+		}
+	}
+	out.Reset()
+	if err := benchAllReduce([]string{"--sizes", "8", "--iters", "2", "--json", "--bind", "none"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "memcpy") {
+		t.Fatalf("without --memcpy: %q", out.String())
+	}
+}
+
 // Every collective benchmark in three real rank processes, checking its results.
 func TestBenchCollectivesThreeRanks(t *testing.T) {
 	launchtest.RunRanks(t, 3, func(t *testing.T, w *rank.World) {
