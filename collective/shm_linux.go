@@ -431,8 +431,14 @@ type ringSide struct {
 
 func (r *ringSide) mark(off int) *uint64 { return (*uint64)(unsafe.Pointer(&r.data[off])) }
 
-// prefaultChunk is how much of a ring prefault maps at a time.
-const prefaultChunk = 16 << 10
+// prefaultChunk is how much of a ring prefault maps at a time, and
+// prefaultFrom where in a ring it starts: the first chunk faults page by page,
+// so that a ring that carries a few small frames (the Barriers among hundreds
+// of ranks, whose small AllReduce runs on the board) keeps a page or two.
+const (
+	prefaultChunk = 16 << 10
+	prefaultFrom  = prefaultChunk
+)
 
 // prefault maps the ring's pages up to end (rounded up to whole chunks of
 // prefaultChunk) into this process, in one madvise(MADV_POPULATE_WRITE) per
@@ -443,7 +449,8 @@ const prefaultChunk = 16 << 10
 // the first 16,000 small calls on a link ran 100 times slower than the rest
 // (docs/collectives.md, "Waiting"). The writer maps a chunk ahead of its
 // frames, so the reader, which never passes the writer, maps pages that
-// exist; and a ring that is never used stays untouched. On a kernel without
+// exist; and a ring that is never used stays untouched, one that carries a
+// few small frames nearly so (prefaultFrom). On a kernel without
 // MADV_POPULATE_WRITE (before Linux 5.14) the pages fault one by one, as
 // before.
 func (r *ringSide) prefault(end int) {
@@ -489,8 +496,8 @@ func (l *shmLink) reserve(ctx context.Context, n int) ([]byte, error) {
 		skip = int(c) - off
 	}
 	need := uint64(skip + span)
-	if l.tx.faulted < int(c) {
-		l.tx.prefault(off + skip + span + prefaultChunk)
+	if end := off + skip + span; l.tx.faulted < int(c) && end >= prefaultFrom {
+		l.tx.prefault(end + prefaultChunk)
 	}
 	if c-(l.tx.pos-l.tx.other) < need && !l.room(need) {
 		if err := l.t.wait(ctx, l, need); err != nil {
@@ -536,7 +543,7 @@ func (l *shmLink) available() bool {
 		l.rx.live = true
 	}
 	off := int(l.rx.pos % uint64(l.t.ringCap))
-	if l.rx.faulted <= off {
+	if l.rx.faulted <= off && off >= prefaultFrom {
 		l.rx.prefault(off + markSize)
 	}
 	return atomic.LoadUint64(l.rx.mark(off)) == (l.rx.pos+1)^l.rx.key
@@ -561,7 +568,7 @@ func (l *shmLink) peekRing() (header, []byte, error) {
 		if end > c || int(h.n) > l.t.maxP {
 			return h, nil, fmt.Errorf("collective: corrupt frame from local rank %d: %d bytes at ring offset %d", l.t.peers[l.peer].rank, h.n, off)
 		}
-		if l.rx.faulted < end {
+		if l.rx.faulted < end && end > prefaultFrom {
 			l.rx.prefault(end)
 		}
 		l.heldSpan = align64(prefixSize + int(h.n))
