@@ -133,15 +133,22 @@ def main():
         writer_proc(a.writer[0], float(a.writer[1]), float(a.writer[2]), a.writer[3])
         return
     rng = np.random.default_rng(0)
-    t = gear.Table(name="bench", capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
-                   extra_rows=4096)
-    ring = Ring(a.capacity)
     one = {k: v[0] for k, v in rows(1, rng).items()}
     batch = rows(B, rng)
+
+    def full_table(name):
+        """A uniform, FIFO table of the capacity, filled with batch."""
+        f = gear.Table(name=name, capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
+                       extra_rows=4096)
+        for _ in range(a.capacity // B + 1):
+            f.insert_batch(batch)
+        f.wait_admitted(30)
+        return f
+
+    t = full_table("bench")
+    ring = Ring(a.capacity)
     for _ in range(a.capacity // B + 1):
-        t.insert_batch(batch)
         ring.insert_batch(batch)
-    t.wait_admitted(30)
     srng = np.random.default_rng(1)
 
     buf = [None]
@@ -200,12 +207,8 @@ def main():
     print_cpu()
     # Actors insert a row a step: each writer's own Python then costs more
     # than the owner's admission of its rows, which the batches above do not.
-    full = gear.Table(name="rowwise", capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
-                      extra_rows=4096)
+    full = full_table("rowwise")
     try:
-        for _ in range(a.capacity // B + 1):
-            full.insert_batch(batch)
-        full.wait_admitted(30)
         one_r, two_r = pairs(lambda k: writers(full.segment, k, a.seconds, "row"), a.repeats)
     finally:
         full.close()

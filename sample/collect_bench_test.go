@@ -8,23 +8,28 @@ import (
 	"github.com/gear-rl/gear/store/storetest"
 )
 
+// specTable makes a shard of spec and a table over it with cfg; both are
+// closed at the end of the test.
+func specTable(tb testing.TB, spec store.Spec, cfg Config) *ShardTable {
+	tb.Helper()
+	st, err := NewShardTable(storetest.Create(tb, spec), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
 // pythonBenchTable is a table of python/bench.py's 400-byte rows: a full
 // 100,000 with a FIFO remover, over a shard with 4,096 rows to spare.
 func pythonBenchTable(b *testing.B) *ShardTable {
-	spec := store.Spec{Capacity: 100000 + 4096, Remover: store.RemoverNone, Columns: []store.Column{
+	return specTable(b, store.Spec{Capacity: 100000 + 4096, Remover: store.RemoverNone, Columns: []store.Column{
 		{Name: "obs", DType: store.Float32, Shape: []int{96}, Length: 1},
 		{Name: "action", DType: store.Int32, Length: 1},
 		{Name: "reward", DType: store.Float32, Length: 1},
 		{Name: "discount", DType: store.Float32, Length: 1},
 		{Name: "flags", DType: store.Int32, Length: 1},
-	}}
-	sh := storetest.Create(b, spec)
-	st, err := NewShardTable(sh, Config{Name: "bench", Sampler: NewUniform(), Remover: NewFIFO(), MaxSize: 100000})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { st.Close() })
-	return st
+	}}, Config{Name: "bench", Sampler: NewUniform(), Remover: NewFIFO(), MaxSize: 100000})
 }
 
 // BenchmarkCollectBatch is the Python client's training-loop path, in Go:
@@ -74,16 +79,10 @@ func BenchmarkCollectBatch(b *testing.B) {
 
 // CollectBatch allocates nothing, its touch pass included.
 func TestCollectBatchAllocates(t *testing.T) {
-	spec := store.Spec{Capacity: 1024, Remover: store.RemoverNone, Columns: []store.Column{
+	st := specTable(t, store.Spec{Capacity: 1024, Remover: store.RemoverNone, Columns: []store.Column{
 		{Name: "obs", DType: store.Float32, Shape: []int{96}, Length: 1},
 		{Name: "action", DType: store.Int32, Length: 1},
-	}}
-	sh := storetest.Create(t, spec)
-	st, err := NewShardTable(sh, Config{Name: "allocs", Sampler: NewUniform(), Remover: NewFIFO()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	}}, Config{Name: "allocs", Sampler: NewUniform(), Remover: NewFIFO()})
 	ctx := context.Background()
 	for k := range 1000 {
 		if _, err := st.Insert(ctx, uint64(k), 1, func(p store.Pending) error {
@@ -161,16 +160,10 @@ func BenchmarkShardAdmit(b *testing.B) {
 // trajectories is not touched ahead (256 rows of 64 KiB blocks would be 16
 // MiB), while short rows are, and a windowed plan still collects right.
 func TestCollectPlanGroupsByBlocks(t *testing.T) {
-	spec := store.Spec{Capacity: 64, Remover: store.RemoverNone, Columns: []store.Column{
+	st := specTable(t, store.Spec{Capacity: 64, Remover: store.RemoverNone, Columns: []store.Column{
 		{Name: "traj", DType: store.Uint8, Shape: []int{64}, Length: 1024},
 		{Name: "r", DType: store.Float32, Length: 1},
-	}}
-	sh := storetest.Create(t, spec)
-	st, err := NewShardTable(sh, Config{Name: "groups", Sampler: NewFIFO(), Remover: NewFIFO()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	}}, Config{Name: "groups", Sampler: NewFIFO(), Remover: NewFIFO()})
 	long, err := st.PlanCollect([]string{"traj"}, Window{Offset: 1023, Length: 1})
 	if err != nil {
 		t.Fatal(err)

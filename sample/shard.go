@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gear-rl/gear/store"
@@ -185,17 +184,14 @@ func (st *ShardTable) ingest() {
 // table's lock, so that their admissions, one after another, find them in
 // the cache: each admission's look-up would otherwise wait for its own miss.
 func (t *Table) touchKeys(rows []store.RowStatus) {
-	var x int32
+	var x uint64
 	t.mu.Lock()
 	for i := range rows {
-		x += t.index.touch(rows[i].Key)
+		x += uint64(t.index.touch(rows[i].Key))
 	}
 	t.mu.Unlock()
-	keySink.Add(x)
+	loadSink.Add(x)
 }
-
-// keySink keeps what touchKeys read, so that its loads stay.
-var keySink atomic.Int32
 
 // admit inserts one committed row, waiting on the rate limiter. It returns false
 // when the table is closing.

@@ -209,22 +209,8 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 				return err
 			}
 		}
-		for it := range times {
-			if err := c.Barrier(ctx); err != nil {
-				return err
-			}
-			t0 := time.Now()
-			for range batch {
-				if err := bc.run(ctx); err != nil {
-					return err
-				}
-			}
-			// The batch ends when every rank is done (a broadcast root finishes
-			// its part early).
-			if err := c.Barrier(ctx); err != nil {
-				return err
-			}
-			times[it] = time.Since(t0).Seconds() / float64(batch)
+		if err := timeBatches(ctx, c, batch, times, bc.run); err != nil {
+			return err
 		}
 		if err := checkedCall(ctx, c, bc); err != nil {
 			return fmt.Errorf("size %d: %w", size, err)
@@ -235,9 +221,16 @@ func runCollectiveBench(op string, args []string, out io.Writer, open opener) er
 			algbw = float64(bc.bytes) / sec
 		}
 		var copyBps float64
-		if *memcpyRef {
-			if copyBps, err = timeCopies(ctx, c, bc.bytes, batch, times); err != nil {
+		if *memcpyRef && bc.bytes > 0 {
+			// The reference: a copy of the same bytes on every rank at once,
+			// in cache after the first, as a call's buffers are.
+			src, dst := make([]byte, bc.bytes), make([]byte, bc.bytes)
+			fillPattern(src, 7)
+			if err := timeBatches(ctx, c, batch, times, func(context.Context) error { copy(dst, src); return nil }); err != nil {
 				return fmt.Errorf("size %d: memcpy: %w", size, err)
+			}
+			if s := median(times); s > 0 {
+				copyBps = float64(bc.bytes) / s
 			}
 		}
 		if c.Rank() == 0 {
@@ -363,35 +356,27 @@ func warmUp(ctx context.Context, c *collective.Comm) error {
 
 const warmTime = 500 * time.Millisecond
 
-// timeCopies is the memcpy reference of --memcpy: every rank copies bytes
-// from one buffer to another (Go's copy, both in cache after the first, as a
-// call's buffers are) in batches of batch, len(times) repetitions each
-// between two barriers, all ranks at once so that they share the machine as
-// the calls did; it returns this rank's median bytes per second.
-func timeCopies(ctx context.Context, c *collective.Comm, bytes, batch int, times []float64) (float64, error) {
-	if bytes <= 0 {
-		return 0, nil
-	}
-	src, dst := make([]byte, bytes), make([]byte, bytes)
-	fillPattern(src, 7)
-	copy(dst, src)
+// timeBatches times len(times) repetitions of batch calls of run, each
+// between two barriers: times[i] is repetition i's time per call, the
+// closing barrier included (the batch ends when every rank is done; a
+// broadcast root finishes its part early).
+func timeBatches(ctx context.Context, c *collective.Comm, batch int, times []float64, run func(context.Context) error) error {
 	for it := range times {
 		if err := c.Barrier(ctx); err != nil {
-			return 0, err
+			return err
 		}
 		t0 := time.Now()
 		for range batch {
-			copy(dst, src)
+			if err := run(ctx); err != nil {
+				return err
+			}
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
 		}
 		times[it] = time.Since(t0).Seconds() / float64(batch)
 	}
-	if err := c.Barrier(ctx); err != nil {
-		return 0, err
-	}
-	if sec := median(times); sec > 0 {
-		return float64(bytes) / sec, nil
-	}
-	return 0, nil
+	return nil
 }
 
 // batchLen is how many calls one timed repetition makes: about 4 MiB of payload.

@@ -60,7 +60,7 @@ def main():
     theta.publish(version, flat(online))
     status.publish(1, np.zeros(1, np.float32))
     t0 = time.time()
-    buf, updates, best, score = None, 0, 0.0, 0.0
+    buf, updates, score = None, 0, 0.0
     while True:
         buf = table.sample(BATCH, timeout=60, out=buf)
         d = buf.data
@@ -92,7 +92,6 @@ def main():
         # near the target, and stop at the first policy that solves.
         if updates % (20 if score >= 400 else 100) == 0:
             score = evaluate(online)
-            best = max(best, score)
             info = table.info()
             print(f"updates {updates} frames {info['inserts']} table {info['size']} "
                   f"greedy mean return over 100 episodes {score:.1f} ({time.time() - t0:.0f} s)", flush=True)

@@ -190,8 +190,9 @@ class _Shard:
         raises ValueError naming the column, and nothing is inserted. The
         values are written into the handle's staging row (memory of
         libgear's), which one call (gear_shard_put_staged, or gear_shard_put
-        with a key) copies into a free row of the shard and commits. Waits up to timeout seconds (None: no limit)
-        while the shard is full. Not for two threads on one handle at once."""
+        with a key) copies into a free row of the shard and commits. Waits up
+        to timeout seconds (None: no limit) while the shard is full. Not for
+        two threads on one handle at once."""
         stage = self._stage
         if len(columns) != len(stage):
             self._check_names(columns)
