@@ -14,24 +14,31 @@ type Ordered interface {
 	Best(k int, dst []int) []int
 }
 
-// Sequence keeps insertion order for FIFO and LIFO: a doubly linked list over slots,
-// so Insert, Delete and a pick are O(1). Updates do not move an item.
+// Sequence keeps insertion order for FIFO and LIFO: a ring of slots in
+// insertion order, where a delete away from the picked end only marks its
+// entry dead (the slot's recorded position no longer names it), so Insert,
+// Delete and a pick are O(1) amortized. When the ring fills, its live
+// entries move to a new ring of twice their number. A FIFO's next
+// victims are then ring entries in a row (Ahead), not a chain of links, so
+// a table can load their cells together before it deletes them. Updates do
+// not move an item.
 type Sequence struct {
-	lifo       bool
-	prev, next []int32 // -1 ends; prev[s] == -2 marks an absent slot
-	head, tail int32
-	n          int
+	lifo bool
+	ring []int32 // the entry at position p lies at ring[p&(len(ring)-1)]
+	// lo and hi bound the positions in use; when n > 0 the entries at lo
+	// and hi-1 are live.
+	lo, hi int64
+	pos    []int64 // slot -> the position of its live entry; -1: absent
+	n      int
 }
 
 var _ Ordered = (*Sequence)(nil)
 
 // NewFIFO returns an empty selector that picks the least recently inserted item.
-func NewFIFO() *Sequence { return &Sequence{head: -1, tail: -1} }
+func NewFIFO() *Sequence { return &Sequence{} }
 
 // NewLIFO returns an empty selector that picks the most recently inserted item.
-func NewLIFO() *Sequence { return &Sequence{lifo: true, head: -1, tail: -1} }
-
-const absent = -2
+func NewLIFO() *Sequence { return &Sequence{lifo: true} }
 
 // Kind reports KindFIFO or KindLIFO.
 func (q *Sequence) Kind() Kind {
@@ -45,8 +52,14 @@ func (q *Sequence) Kind() Kind {
 func (q *Sequence) Check(priority float64) error { return checkNotNaN(q.Kind(), priority) }
 
 func (q *Sequence) has(slot int) bool {
-	return slot >= 0 && slot < len(q.prev) && q.prev[slot] != absent
+	return slot >= 0 && slot < len(q.pos) && q.pos[slot] >= 0
 }
+
+// at is the slot of the entry at position p.
+func (q *Sequence) at(p int64) int32 { return q.ring[p&int64(len(q.ring)-1)] }
+
+// live reports whether the entry at position p is its slot's live one.
+func (q *Sequence) live(p int64) bool { return q.pos[q.at(p)] == p }
 
 // Insert appends slot at the young end.
 func (q *Sequence) Insert(slot int, priority float64) error {
@@ -56,26 +69,36 @@ func (q *Sequence) Insert(slot int, priority float64) error {
 	if slot < 0 || q.has(slot) {
 		return errSlot(q.Kind(), slot, q.has(slot))
 	}
-	if slot >= len(q.prev) {
-		n := max(2*len(q.prev), slot+1, 16)
-		p, x := make([]int32, n), make([]int32, n)
-		copy(p, q.prev)
-		copy(x, q.next)
-		for i := len(q.prev); i < n; i++ {
-			p[i] = absent
+	q.pos = growPositions(q.pos, slot)
+	if q.hi-q.lo == int64(len(q.ring)) {
+		// Full of entries: room for as many again as are live, so that
+		// rebuilds come at most once every n inserts.
+		size := 16
+		for size < 2*(q.n+1) {
+			size *= 2
 		}
-		q.prev, q.next = p, x
+		q.rebuild(size)
 	}
-	s := int32(slot)
-	q.prev[s], q.next[s] = q.tail, -1
-	if q.tail >= 0 {
-		q.next[q.tail] = s
-	} else {
-		q.head = s
-	}
-	q.tail = s
+	q.ring[q.hi&int64(len(q.ring)-1)] = int32(slot)
+	q.pos[slot] = q.hi
+	q.hi++
 	q.n++
 	return nil
+}
+
+// rebuild moves the live entries, in order, to the positions from 0 of a
+// ring of size entries (a power of two of at least n).
+func (q *Sequence) rebuild(size int) {
+	ring := make([]int32, size)
+	k := int64(0)
+	for p := q.lo; p < q.hi; p++ {
+		if s := q.at(p); q.pos[s] == p {
+			ring[k] = s
+			q.pos[s] = k
+			k++
+		}
+	}
+	q.ring, q.lo, q.hi = ring, 0, k
 }
 
 // Update checks the priority; the order does not depend on it.
@@ -89,25 +112,23 @@ func (q *Sequence) Update(slot int, priority float64) error {
 	return nil
 }
 
-// Delete unlinks slot.
+// Delete removes slot: its entry dies, and the ends move past dead entries.
 func (q *Sequence) Delete(slot int) {
 	if !q.has(slot) {
 		return
 	}
-	s := int32(slot)
-	p, x := q.prev[s], q.next[s]
-	if p >= 0 {
-		q.next[p] = x
-	} else {
-		q.head = x
-	}
-	if x >= 0 {
-		q.prev[x] = p
-	} else {
-		q.tail = p
-	}
-	q.prev[s] = absent
+	q.pos[slot] = -1
 	q.n--
+	if q.n == 0 {
+		q.lo, q.hi = 0, 0
+		return
+	}
+	for !q.live(q.lo) {
+		q.lo++
+	}
+	for !q.live(q.hi - 1) {
+		q.hi--
+	}
 }
 
 // Sample fills dst with the oldest (FIFO) or youngest (LIFO) slot.
@@ -115,9 +136,9 @@ func (q *Sequence) Sample(_ *rand.Rand, dst []Pick) {
 	if q.n == 0 {
 		panic("sample: " + q.Kind().String() + " selector: Sample on an empty selector")
 	}
-	s := q.head
+	s := q.at(q.lo)
 	if q.lifo {
-		s = q.tail
+		s = q.at(q.hi - 1)
 	}
 	for i := range dst {
 		dst[i] = Pick{Slot: int(s), Probability: 1}
@@ -127,13 +148,37 @@ func (q *Sequence) Sample(_ *rand.Rand, dst []Pick) {
 // Best appends up to k slots in selection order.
 func (q *Sequence) Best(k int, dst []int) []int {
 	if q.lifo {
-		for s := q.tail; s >= 0 && k > 0; s, k = q.prev[s], k-1 {
-			dst = append(dst, int(s))
+		for p := q.hi - 1; p >= q.lo && k > 0; p-- {
+			if q.live(p) {
+				dst = append(dst, int(q.at(p)))
+				k--
+			}
 		}
 		return dst
 	}
-	for s := q.head; s >= 0 && k > 0; s, k = q.next[s], k-1 {
-		dst = append(dst, int(s))
+	for p := q.lo; p < q.hi && k > 0; p++ {
+		if q.live(p) {
+			dst = append(dst, int(q.at(p)))
+			k--
+		}
+	}
+	return dst
+}
+
+// Ahead appends to dst the slots of the entries from the i-th to the
+// (i+k-1)-th in selection order, dead ones included (a dead entry's slot may
+// be absent or live elsewhere): the slots a caller deleting picks one after
+// another will likely delete after its next i, cheap to list because they lie
+// side by side in the ring.
+func (q *Sequence) Ahead(i, k int, dst []int) []int {
+	if q.lifo {
+		for p := q.hi - 1 - int64(i); p >= q.lo && k > 0; p, k = p-1, k-1 {
+			dst = append(dst, int(q.at(p)))
+		}
+		return dst
+	}
+	for p := q.lo + int64(i); p < q.hi && k > 0; p, k = p+1, k-1 {
+		dst = append(dst, int(q.at(p)))
 	}
 	return dst
 }
@@ -143,10 +188,10 @@ func (q *Sequence) Len() int { return q.n }
 
 // Clear removes every slot.
 func (q *Sequence) Clear() {
-	for s := q.head; s >= 0; {
-		x := q.next[s]
-		q.prev[s] = absent
-		s = x
+	for p := q.lo; p < q.hi; p++ {
+		if s := q.at(p); q.pos[s] == p {
+			q.pos[s] = -1
+		}
 	}
-	q.head, q.tail, q.n = -1, -1, 0
+	q.lo, q.hi, q.n = 0, 0, 0
 }

@@ -90,17 +90,23 @@ func (s *slotIndex) has(slot int) bool {
 	return slot >= 0 && slot < len(s.pos) && s.pos[slot] >= 0
 }
 
+// growPositions returns pos (positions by slot, -1 for an absent slot) grown,
+// if need be, to hold slot: at least doubled, the new slots absent.
+func growPositions[T int32 | int64](pos []T, slot int) []T {
+	if slot < len(pos) {
+		return pos
+	}
+	grown := make([]T, max(2*len(pos), slot+1, 16))
+	copy(grown, pos)
+	for i := len(pos); i < len(grown); i++ {
+		grown[i] = -1
+	}
+	return grown
+}
+
 // add appends slot at position len(slots) and returns the position.
 func (s *slotIndex) add(slot int) int {
-	if slot >= len(s.pos) {
-		n := max(2*len(s.pos), slot+1, 16)
-		grown := make([]int32, n)
-		copy(grown, s.pos)
-		for i := len(s.pos); i < n; i++ {
-			grown[i] = -1
-		}
-		s.pos = grown
-	}
+	s.pos = growPositions(s.pos, slot)
 	p := len(s.slots)
 	s.pos[slot] = int32(p)
 	s.slots = append(s.slots, int32(slot))

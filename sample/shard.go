@@ -112,6 +112,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 		return nil, err
 	}
 	t.rows = true
+	t.touchRows = func(rows []int) uint64 { return shard.Touch(rows, nil) }
 	t.m.SetShard(shard.Name())
 	st.t = t
 	st.reattached = st.admitExisting()

@@ -141,6 +141,9 @@ type Table struct {
 	blockedSmp    int
 	closed        bool
 	done          chan struct{}
+	evictions     uint64             // by trimLocked, for touchVictims
+	ahead         [victimsAhead]int  // touchVictims' scratch
+	touchRows     func([]int) uint64 // loads what deleting the slots will touch outside the table; nil: nothing
 }
 
 // NewTable checks cfg and returns an empty table.
@@ -276,6 +279,7 @@ func (t *Table) trimLocked() {
 	if t.sampler.Len() > t.maxSize {
 		t.remover.Sample(t.rng, t.one[:])
 		t.deleteSlot(t.one[0].Slot, nil)
+		t.touchVictims()
 	}
 	t.notify()
 }

@@ -1,0 +1,83 @@
+package sample
+
+// victimsAhead is how many of a full table's next evictions touchVictims
+// prepares at a time, and how far ahead of the eviction it looks.
+const victimsAhead = 8
+
+// aheadOrder is a remover that lists the slots it will likely pick next,
+// cheaply (Sequence: entries side by side in its ring).
+type aheadOrder interface {
+	Ahead(i, k int, dst []int) []int
+}
+
+// toucher is a selector that can load what deleting a slot will read.
+type toucher interface {
+	touch(slot int) uint64
+}
+
+// touchVictims runs after each eviction of trimLocked. Every victimsAhead
+// evictions it loads the cells that deleting the remover's next victims but
+// victimsAhead will read: their items, key index cells, selector entries and
+// (touchRows) shard rows, the loads of all of them overlapping. A full
+// table's every insert evicts an item inserted a table's length before,
+// whose cells have left the cache, and each delete would otherwise wait for
+// its own misses in turn (the key's cell only once the item's load gave the
+// key). Removers that cannot list their next picks cheaply get nothing.
+func (t *Table) touchVictims() {
+	t.evictions++
+	if t.evictions%victimsAhead != 0 {
+		return
+	}
+	q, ok := t.remover.(aheadOrder)
+	if !ok {
+		return
+	}
+	slots := q.Ahead(victimsAhead, victimsAhead, t.ahead[:0])
+	var keys [victimsAhead]uint64
+	var x uint64
+	for i, s := range slots {
+		if s >= len(t.items) {
+			continue
+		}
+		keys[i] = t.items[s].Key
+		if t.live[s] {
+			x++
+		}
+		x += touchSlot(t.sampler, s) + touchSlot(t.remover, s)
+	}
+	for i := range slots {
+		x += uint64(t.index.touch(keys[i]))
+	}
+	if t.touchRows != nil {
+		x += t.touchRows(slots)
+	}
+	loadSink.Add(x)
+}
+
+func touchSlot(sel Selector, slot int) uint64 {
+	if tc, ok := sel.(toucher); ok {
+		return tc.touch(slot)
+	}
+	return 0
+}
+
+// touch reads slot's position and the position's entry.
+func (s *slotIndex) touch(slot int) uint64 {
+	if slot < 0 || slot >= len(s.pos) {
+		return 0
+	}
+	p := s.pos[slot]
+	if p < 0 || int(p) >= len(s.slots) {
+		return 0
+	}
+	return uint64(s.slots[p])
+}
+
+func (u *Uniform) touch(slot int) uint64 { return u.idx.touch(slot) }
+
+func (q *Sequence) touch(slot int) uint64 {
+	if slot < 0 || slot >= len(q.pos) {
+		return 0
+	}
+	return uint64(q.pos[slot])
+}
