@@ -134,6 +134,7 @@ type Coordinator struct {
 	refusals refusalLog
 	stop     chan struct{} // closed by Close
 	longest  atomic.Int64  // the longest silence of a joined rank seen, in ns
+	gaps     []int64       // heartbeat's scratch: each rank's silence at a check, -1 if not joined
 
 	mu        sync.Mutex
 	closed    bool
@@ -258,26 +259,42 @@ func (c *Coordinator) heartbeat() {
 			c.mu.Unlock()
 			continue
 		}
-		silent := map[string][]int{} // host -> ranks
-		var hosts []string
+		// A host is lost when one of its ranks is past the timeout; its other
+		// ranks go with it if they too have missed pings (cut off at the same
+		// moment, their last words came a few milliseconds apart, so they
+		// cross the timeout at different ticks).
+		gaps := c.gaps[:0]
+		lostHosts := map[string]bool{}
 		for r := range c.ranks {
 			st := &c.ranks[r]
-			if st.phase != phaseJoined {
+			gap := int64(-1)
+			if st.phase == phaseJoined {
+				gap = now - max(st.conn.lastSeen.Load(), since)
+				if gap > c.longest.Load() {
+					c.longest.Store(gap)
+				}
+				if time.Duration(gap) > c.cfg.HeartbeatTimeout {
+					lostHosts[HostName(c.peers[r].Host)] = true
+				}
+			}
+			gaps = append(gaps, gap)
+		}
+		c.gaps = gaps
+		missed := max(2*c.cfg.Heartbeat, c.cfg.HeartbeatTimeout/2)
+		silent := map[string][]int{} // host -> ranks
+		var hosts []string
+		for r, gap := range gaps {
+			if gap < 0 {
 				continue
 			}
-			gap := now - max(st.conn.lastSeen.Load(), since)
-			if gap > c.longest.Load() {
-				c.longest.Store(gap)
-			}
-			if time.Duration(gap) > c.cfg.HeartbeatTimeout {
-				h := HostName(c.peers[r].Host)
+			if h := HostName(c.peers[r].Host); lostHosts[h] && time.Duration(gap) > missed {
 				if _, ok := silent[h]; !ok {
 					hosts = append(hosts, h)
 				}
 				silent[h] = append(silent[h], r)
 				continue
 			}
-			st.conn.send(pingFrame)
+			c.ranks[r].conn.send(pingFrame)
 		}
 		for _, h := range hosts {
 			ranks := silent[h]

@@ -16,12 +16,13 @@ import (
 // byte either way and closes nothing: what a host that vanishes from the
 // network (a dead node, a pulled cable) looks like to its peers.
 type blackhole struct {
-	ln     net.Listener
-	cut    atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-	wg     sync.WaitGroup
-	target string
+	ln       net.Listener
+	cut      atomic.Bool
+	cutFirst atomic.Bool // cuts the first connection it relayed alone
+	mu       sync.Mutex
+	conns    []net.Conn
+	wg       sync.WaitGroup
+	target   string
 }
 
 func newBlackhole(t *testing.T, target string) *blackhole {
@@ -45,22 +46,23 @@ func newBlackhole(t *testing.T, target string) *blackhole {
 				continue
 			}
 			b.mu.Lock()
+			first := len(b.conns) == 0
 			b.conns = append(b.conns, in, out)
 			b.mu.Unlock()
 			b.wg.Add(2)
-			go func() { defer b.wg.Done(); b.relay(out, in) }()
-			go func() { defer b.wg.Done(); b.relay(in, out) }()
+			go func() { defer b.wg.Done(); b.relay(out, in, first) }()
+			go func() { defer b.wg.Done(); b.relay(in, out, first) }()
 		}
 	}()
 	t.Cleanup(b.close)
 	return b
 }
 
-func (b *blackhole) relay(dst, src net.Conn) {
+func (b *blackhole) relay(dst, src net.Conn, first bool) {
 	buf := make([]byte, 4096)
 	for {
 		n, err := src.Read(buf)
-		if b.cut.Load() {
+		if b.cut.Load() || first && b.cutFirst.Load() {
 			io.Copy(io.Discard, src) // swallow everything from now on
 			return
 		}
@@ -88,7 +90,15 @@ func (b *blackhole) close() {
 // notices within its timeout: the surviving rank gets an error naming the
 // host and both its ranks, and the cut-off ranks learn that the coordinator is
 // gone.
-func TestLostHostNamedWithinTwoSeconds(t *testing.T) {
+func TestLostHostNamedWithinTwoSeconds(t *testing.T) { checkLostHost(t, 0) }
+
+// TestLostHostTakesAllItsRanks cuts one rank of the host 200 ms before the
+// other, as a host's ranks whose last words came apart cross the heartbeat
+// timeout at different checks: the host still goes with both its ranks, not
+// first with one of them alone.
+func TestLostHostTakesAllItsRanks(t *testing.T) { checkLostHost(t, 200*time.Millisecond) }
+
+func checkLostHost(t *testing.T, stagger time.Duration) {
 	c := newCoord(t, 3, func(cfg *CoordinatorConfig) {
 		cfg.Heartbeat = 100 * time.Millisecond
 		cfg.HeartbeatTimeout = 600 * time.Millisecond
@@ -124,6 +134,10 @@ func TestLostHostNamedWithinTwoSeconds(t *testing.T) {
 		t.Fatalf("a quiet world broke: %v", err)
 	}
 	cut := time.Now()
+	if stagger > 0 {
+		bh.cutFirst.Store(true)
+		time.Sleep(stagger)
+	}
 	bh.cut.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
