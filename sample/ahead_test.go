@@ -106,6 +106,27 @@ func TestSequenceRingDeletesInTheMiddle(t *testing.T) {
 		if got := q.Best(len(model)+1, nil); !slices.Equal(got, want) {
 			t.Fatalf("lifo %v: Best %v, want %v", lifo, got, want)
 		}
+		// Deletes from the middle that leave few items shrink the ring,
+		// so that Best does not walk the dead entries.
+		q.Clear()
+		for s := range 10000 {
+			_ = q.Insert(s, 1)
+		}
+		for s := 1; s < 9999; s++ {
+			if s%1000 != 0 {
+				q.Delete(s)
+			}
+		}
+		if w := q.hi - q.lo; w > 8*11+64 || len(q.ring) >= 16384 {
+			t.Fatalf("lifo %v: 11 items left of 10000 span %d entries of a ring of %d", lifo, w, len(q.ring))
+		}
+		wantLeft := []int{0, 1000, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 9999}
+		if lifo {
+			slices.Reverse(wantLeft)
+		}
+		if got := q.Best(20, nil); !slices.Equal(got, wantLeft) {
+			t.Fatalf("lifo %v: Best after the deletes %v, want %v", lifo, got, wantLeft)
+		}
 		// With no dead entries (after a clear and fresh inserts), Ahead lists
 		// the order itself.
 		q.Clear()

@@ -17,8 +17,9 @@ type Ordered interface {
 // Sequence keeps insertion order for FIFO and LIFO: a ring of slots in
 // insertion order, where a delete away from the picked end only marks its
 // entry dead (the slot's recorded position no longer names it), so Insert,
-// Delete and a pick are O(1) amortized. When the ring fills, its live
-// entries move to a new ring of twice their number. A FIFO's next
+// Delete and a pick are O(1) amortized. When the ring fills, or holds more
+// than eight dead entries for each live one, its live entries move to a new
+// ring of twice their number. A FIFO's next
 // victims are then ring entries in a row (Ahead), not a chain of links, so
 // a table can load their cells together before it deletes them. Updates do
 // not move an item.
@@ -73,11 +74,7 @@ func (q *Sequence) Insert(slot int, priority float64) error {
 	if q.hi-q.lo == int64(len(q.ring)) {
 		// Full of entries: room for as many again as are live, so that
 		// rebuilds come at most once every n inserts.
-		size := 16
-		for size < 2*(q.n+1) {
-			size *= 2
-		}
-		q.rebuild(size)
+		q.rebuild()
 	}
 	q.ring[q.hi&int64(len(q.ring)-1)] = int32(slot)
 	q.pos[slot] = q.hi
@@ -87,8 +84,12 @@ func (q *Sequence) Insert(slot int, priority float64) error {
 }
 
 // rebuild moves the live entries, in order, to the positions from 0 of a
-// ring of size entries (a power of two of at least n).
-func (q *Sequence) rebuild(size int) {
+// new ring with room for as many entries again.
+func (q *Sequence) rebuild() {
+	size := 16
+	for size < 2*(q.n+1) {
+		size *= 2
+	}
 	ring := make([]int32, size)
 	k := int64(0)
 	for p := q.lo; p < q.hi; p++ {
@@ -128,6 +129,11 @@ func (q *Sequence) Delete(slot int) {
 	}
 	for !q.live(q.hi - 1) {
 		q.hi--
+	}
+	if q.hi-q.lo > 8*int64(q.n)+64 {
+		// Mostly dead entries between the ends (deletes from the middle
+		// with few inserts): Best would walk them.
+		q.rebuild()
 	}
 }
 
