@@ -19,10 +19,9 @@ type Ordered interface {
 // entry dead (the slot's recorded position no longer names it), so Insert,
 // Delete and a pick are O(1) amortized. When the ring fills, or holds more
 // than eight dead entries for each live one, its live entries move to a new
-// ring of twice their number. A FIFO's next
-// victims are then ring entries in a row (Ahead), not a chain of links, so
-// a table can load their cells together before it deletes them. Updates do
-// not move an item.
+// ring of twice their number. A FIFO's next victims are ring entries in a
+// row (Ahead), not a chain of links, so a table can load their cells
+// together before it deletes them. Updates do not move an item.
 type Sequence struct {
 	lifo bool
 	ring []int32 // the entry at position p lies at ring[p&(len(ring)-1)]
