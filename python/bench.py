@@ -1,6 +1,8 @@
 """gear's Python benchmark: rows/s of a gear table against a plain numpy ring
 buffer in the same process (the floor), and of two writer processes against
-one. Rows are 400 B (obs: 96 float32, action, reward, discount, flags).
+one, beside two processes that share nothing, each with its own numpy ring
+(the peer of that ratio). Rows are 400 B (obs: 96 float32, action, reward,
+discount, flags).
 
     make python && /usr/bin/python3 python/bench.py [--seconds 2]
 
@@ -81,15 +83,17 @@ def timed(f, seconds):
 def writer_proc(segment, seconds, start_at, mode):
     """A writer process: insert rows into segment until seconds pass, in
     batches of B (mode "batch") or one a call (mode "row", as an actor
-    inserts each step)."""
+    inserts each step); mode "ring" inserts a row a call into a numpy ring
+    of its own instead, without gear (the peer: what two processes that
+    share nothing reach on this machine)."""
     rng = np.random.default_rng(os.getpid())
-    w = gear.Writer(segment)
+    w = Ring(100000) if mode == "ring" else gear.Writer(segment)
     data = rows(B, rng)
     one = {k: v[0] for k, v in data.items()}
     while time.time() < start_at:
         time.sleep(0.001)
     done, t0, c0 = 0, time.perf_counter(), time.process_time()
-    if mode == "row":
+    if mode in ("row", "ring"):
         while time.perf_counter() - t0 < seconds:
             for _ in range(100):
                 w.insert(1.0, **one)
@@ -99,7 +103,8 @@ def writer_proc(segment, seconds, start_at, mode):
             done += w.insert_batch(data, 1.0)
     dt = time.perf_counter() - t0
     print(done / dt, (time.process_time() - c0) / dt, flush=True)
-    w.close()
+    if mode != "ring":
+        w.close()
 
 
 # CPU seconds per second of the last writers() run: the writers' (summed) and
@@ -214,6 +219,13 @@ def main():
         full.close()
     print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {two_r / one_r:.2f}x")
     print_cpu()
+    # The peer: processes that share nothing, each inserting a row a call
+    # into its own numpy ring. Where two such reach less than twice one, the
+    # machine itself (its cores' shared caches and clocks, a virtual
+    # machine's neighbours) sets the ceiling of the writers' ratio above.
+    one_p, two_p = pairs(lambda k: writers("-", k, a.seconds, "ring"), a.repeats)
+    print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {two_p / one_p:.2f}x"
+          f" (gear's row writers: {(two_r / one_r) / (two_p / one_p):.2f} of the peer's ratio)")
 
 
 def print_cpu():
