@@ -134,7 +134,6 @@ type Coordinator struct {
 	refusals refusalLog
 	stop     chan struct{} // closed by Close
 	longest  atomic.Int64  // the longest silence of a joined rank seen, in ns
-	gaps     []int64       // heartbeat's scratch: each rank's silence at a check, -1 if not joined
 
 	mu        sync.Mutex
 	closed    bool
@@ -263,23 +262,22 @@ func (c *Coordinator) heartbeat() {
 		// ranks go with it if they too have missed pings (cut off at the same
 		// moment, their last words came a few milliseconds apart, so they
 		// cross the timeout at different ticks).
-		gaps := c.gaps[:0]
+		gaps := make([]int64, len(c.ranks)) // each rank's silence; -1: not joined
 		lostHosts := map[string]bool{}
 		for r := range c.ranks {
 			st := &c.ranks[r]
-			gap := int64(-1)
-			if st.phase == phaseJoined {
-				gap = now - max(st.conn.lastSeen.Load(), since)
-				if gap > c.longest.Load() {
-					c.longest.Store(gap)
-				}
-				if time.Duration(gap) > c.cfg.HeartbeatTimeout {
-					lostHosts[HostName(c.peers[r].Host)] = true
-				}
+			gaps[r] = -1
+			if st.phase != phaseJoined {
+				continue
 			}
-			gaps = append(gaps, gap)
+			gaps[r] = now - max(st.conn.lastSeen.Load(), since)
+			if gaps[r] > c.longest.Load() {
+				c.longest.Store(gaps[r])
+			}
+			if time.Duration(gaps[r]) > c.cfg.HeartbeatTimeout {
+				lostHosts[HostName(c.peers[r].Host)] = true
+			}
 		}
-		c.gaps = gaps
 		missed := max(2*c.cfg.Heartbeat, c.cfg.HeartbeatTimeout/2)
 		silent := map[string][]int{} // host -> ranks
 		var hosts []string

@@ -33,6 +33,8 @@ func (t *Table) touchVictims() {
 		return
 	}
 	slots := q.Ahead(victimsAhead, victimsAhead, t.ahead[:0])
+	sampler, _ := t.sampler.(toucher)
+	remover, _ := t.remover.(toucher)
 	var keys [victimsAhead]uint64
 	var x uint64
 	for i, s := range slots {
@@ -43,7 +45,12 @@ func (t *Table) touchVictims() {
 		if t.live[s] {
 			x++
 		}
-		x += touchSlot(t.sampler, s) + touchSlot(t.remover, s)
+		if sampler != nil {
+			x += sampler.touch(s)
+		}
+		if remover != nil {
+			x += remover.touch(s)
+		}
 	}
 	for i := range slots {
 		x += uint64(t.index.touch(keys[i]))
@@ -52,13 +59,6 @@ func (t *Table) touchVictims() {
 		x += t.touchRows(slots)
 	}
 	loadSink.Add(x)
-}
-
-func touchSlot(sel Selector, slot int) uint64 {
-	if tc, ok := sel.(toucher); ok {
-		return tc.touch(slot)
-	}
-	return 0
 }
 
 // touch reads slot's position and the position's entry.
