@@ -68,6 +68,20 @@ func Decode(data []byte, file string) (*Spec, error) {
 	return s, err
 }
 
+// DecodeDefaults is Decode followed by the defaults of Parse, without
+// validation: a key the document writes keeps its value even when it is zero
+// (`priority_exponent = 0.0` stays 0, where SetDefaults, which cannot tell it
+// from a missing key, would make it 1). For callers that build and check a
+// part of a spec themselves, as libgear its [table].
+func DecodeDefaults(data []byte, file string) (*Spec, error) {
+	s, raw, err := decode(data, file)
+	if err != nil {
+		return nil, err
+	}
+	s.setDefaults(func(key string) bool { return given(raw, key) })
+	return s, nil
+}
+
 // decode decodes data into a Spec, and also into the generic tree of keys the
 // document writes, which tells an explicit zero from a missing key. It reports
 // every decode error it finds, not only the first: the TOML decoder stops at

@@ -54,13 +54,28 @@ func vocabCase(t *testing.T, doc string) vocabResult {
 
 // parseNoValidate decodes doc and fills its defaults as Parse does, without
 // validating.
-func parseNoValidate(doc string) (*Spec, error) {
-	s, raw, err := decode([]byte(doc), "")
-	if err != nil {
-		return nil, err
+func parseNoValidate(doc string) (*Spec, error) { return DecodeDefaults([]byte(doc), "") }
+
+// TestDecodeDefaultsKeepsWrittenZeros: an explicit priority_exponent = 0.0
+// (Reverb's alpha 0: every item alike) stays 0 through DecodeDefaults, the
+// way libgear reads a [table], where a missing one becomes 1.
+func TestDecodeDefaultsKeepsWrittenZeros(t *testing.T) {
+	const doc = "[table]\ncapacity = 8\ntrajectory_length = 1\nsampler = \"prioritized\"\n"
+	for _, c := range []struct {
+		line string
+		want float64
+	}{{"priority_exponent = 0.0\n", 0}, {"", 1}, {"priority_exponent = 0.5\n", 0.5}} {
+		s, err := DecodeDefaults([]byte(doc+c.line), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Table.PriorityExponent; got != c.want {
+			t.Errorf("%q: priority_exponent %v, want %v", c.line, got, c.want)
+		}
+		if s.Table.RateLimiter.Kind != LimiterMinSize || s.Table.Name != DefaultTableName {
+			t.Errorf("%q: defaults not filled: %+v", c.line, s.Table)
+		}
 	}
-	s.setDefaults(func(key string) bool { return given(raw, key) })
-	return s, nil
 }
 
 // hasField reports whether err holds a *FieldError of field.

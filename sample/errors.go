@@ -15,5 +15,19 @@ var ErrClosed = errors.New("sample: table closed")
 // remover may take an item that the batch does not hold): sample again.
 var ErrEvicted = errors.New("item evicted since it was sampled")
 
+// ErrPriority is matched (errors.Is) by the error of a priority that the
+// table's sampler or remover refuses: NaN for every selector; for the
+// prioritized one also a negative or infinite priority, or one whose weight
+// overflows.
+var ErrPriority = errors.New("sample: priority refused")
+
+// priorityError is a selector's refusal of a priority: its text is the
+// selector's, and it matches ErrPriority.
+type priorityError struct{ err error }
+
+func (e priorityError) Error() string        { return e.err.Error() }
+func (e priorityError) Unwrap() error        { return e.err }
+func (e priorityError) Is(target error) bool { return target == ErrPriority }
+
 // le is the byte order of every message the distributed table sends.
 var le = binary.LittleEndian

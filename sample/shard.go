@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -123,6 +124,9 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 
 // Name is the table's name.
 func (st *ShardTable) Name() string { return st.t.Name() }
+
+// CheckPriority is Table.CheckPriority of the table.
+func (st *ShardTable) CheckPriority(key uint64, p float64) error { return st.t.checkPriority(key, p) }
 
 // Shard is the shard under the table.
 func (st *ShardTable) Shard() *store.Shard { return st.shard }
@@ -391,6 +395,18 @@ func (st *ShardTable) holdAndRelease(b *Batch, it Item) {
 		b.held = append(b.held, int32(it.Index))
 	}
 	st.release(it)
+}
+
+// Checkpoint writes the shard's committed rows to path
+// (store.Shard.Checkpoint), after writing each item's times sampled, which
+// the table counts, into its row, so that a table restored from the file
+// goes on counting toward max_times_sampled where this one was. Priorities
+// are in the rows already (MutatePriorities).
+func (st *ShardTable) Checkpoint(ctx context.Context, path string, opts ...store.Option) error {
+	for _, it := range st.t.Items(nil) {
+		_ = st.shard.SetTimesSampled(store.Ref{Index: it.Index, Seq: it.Seq}, uint32(min(it.TimesSampled, math.MaxUint32)))
+	}
+	return st.shard.Checkpoint(ctx, path, opts...)
 }
 
 // MutatePriorities is Table.MutatePriorities; the new priorities are also written

@@ -12,9 +12,9 @@ import (
 // re-attached after its owner died, restored from a checkpoint, or merged into),
 // oldest first, with their keys, priorities and times sampled. They were admitted
 // once already, under the previous owner's rate limiter, so the limiter does not
-// hold them back: they count as inserts, and as samples at the limiter's ratio,
-// so that the balance between inserts and samples starts where it would be
-// without them. It returns how many it admitted; admission goes on from the
+// hold them back: they count as inserts, and as samples at the limiter's ratio
+// (restoredSamples), so that the balance between inserts and samples starts
+// where it would be without them. It returns how many it admitted; admission goes on from the
 // shard's commit sequence at the time of the call.
 func (st *ShardTable) admitExisting() int {
 	seq := st.shard.CommitSeq()
@@ -46,7 +46,7 @@ func (st *ShardTable) admitExisting() int {
 }
 
 // insertAdmitted inserts an item at its row without waiting on the rate
-// limiter, counting it as an insert and as SamplesPerInsert samples.
+// limiter, counting it as an insert and as restoredSamples samples.
 func (t *Table) insertAdmitted(it Item) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -64,9 +64,25 @@ func (t *Table) insertAdmitted(it Item) (bool, error) {
 	}
 	t.placeLocked(slot, it)
 	ins, smp, del := t.limiter.Counts()
-	t.limiter.SetCounts(ins, smp+int64(t.limiter.Config().SamplesPerInsert+0.5), del)
+	t.limiter.SetCounts(ins, smp+t.restoredSamples(), del)
 	t.trimLocked()
 	return true, nil
+}
+
+// restoredSamples is how many samples a row admitted again (admitExisting,
+// ResumeCounts) counts as beside its insert. Where sampling leaves items in
+// the table, SamplesPerInsert: the balance between inserts and samples
+// starts where it would be without the row, since the samples of the items
+// gone since are not known. Where an item leaves at its first sample
+// (max_times_sampled 1: a Queue, a Stack), the rows held are exactly the
+// inserts not yet sampled, which are the limiter's whole balance: none, so
+// that a restored queue of n rows gives n samples, as Reverb's checkpointed
+// limiter does.
+func (t *Table) restoredSamples() int64 {
+	if t.maxTimes == 1 {
+		return 0
+	}
+	return int64(t.limiter.Config().SamplesPerInsert + 0.5)
 }
 
 // ResumeCounts carries the rate limiter's counts over from the table of an
@@ -74,7 +90,7 @@ func (t *Table) insertAdmitted(it Item) (bool, error) {
 // restored): inserts and samples are that table's Info().Inserts and
 // Info().Samples when it held size items, as the caller saved them with its
 // checkpoint. The rows the shard held beyond size (committed after the
-// counts were saved) count as inserts and as SamplesPerInsert samples each,
+// counts were saved) count as inserts and as restoredSamples samples each,
 // as admitExisting counts them, and deletes are set so that inserts -
 // deletes is the table's size now: a restarted table keeps its pace (the
 // balance between inserts and samples) and its insert count where the
@@ -96,7 +112,7 @@ func (st *ShardTable) ResumeCounts(inserts, samples int64, size int) error {
 	now := int64(t.sampler.Len())
 	if extra := now - int64(size); extra > 0 {
 		inserts += extra
-		samples += extra * int64(t.limiter.Config().SamplesPerInsert+0.5)
+		samples += extra * t.restoredSamples()
 	}
 	inserts = max(inserts, now)
 	t.limiter.SetCounts(inserts, samples, inserts-now)

@@ -416,6 +416,85 @@ func TestShardTableOverRestoredShard(t *testing.T) {
 	}
 }
 
+// TestShardTableCheckpointKeepsCounts: ShardTable.Checkpoint writes the
+// times each item was sampled into its row, so that a table over the
+// restored shard goes on toward max_times_sampled where the first was; and
+// a restored queue (an item leaves at its first sample) gives one sample per
+// row it holds, as Reverb's checkpointed limiter does, where counting each
+// row as an insert and a sample left its limiter at zero: no sample at all.
+func TestShardTableCheckpointKeepsCounts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	restore := func(st *ShardTable, cfg Config) *ShardTable {
+		path := t.TempDir() + "/shard.ckpt"
+		if err := st.Checkpoint(ctx, path); err != nil {
+			t.Fatal(err)
+		}
+		restored, err := store.Restore(ctx, path, storetest.Name(t, "restored"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { restored.Close() })
+		rt, err := NewShardTable(restored, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rt.Close() })
+		return rt
+	}
+
+	fifo3 := func() Config { return Config{Sampler: NewFIFO(), Remover: NewFIFO(), MaxTimesSampled: 3} }
+	st, _ := shardTable(t, 8, fifo3())
+	for k := range uint64(2) {
+		if _, err := st.Insert(ctx, k, 1, fill(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		if b, err := st.Sample(ctx, 1); err != nil || b.Items[0].Key != 0 {
+			t.Fatalf("sample: %v %v", b, err)
+		}
+	}
+	rt := restore(st, fifo3())
+	if it, ok := rt.Get(0); !ok || it.TimesSampled != 2 {
+		t.Fatalf("restored key 0: %+v %v, want sampled twice", it, ok)
+	}
+	b, err := rt.Sample(ctx, 1)
+	if err != nil || b.Items[0].Key != 0 || b.Items[0].TimesSampled != 3 {
+		t.Fatalf("third sample of key 0: %+v %v", b, err)
+	}
+	if _, ok := rt.Get(0); ok {
+		t.Fatal("key 0 still held after its third sample")
+	}
+
+	queue := func() Config {
+		return Config{Sampler: NewFIFO(), Remover: NewFIFO(), RateLimit: Queue(8), MaxTimesSampled: 1}
+	}
+	qt, _ := shardTable(t, 8, queue())
+	for k := range uint64(4) {
+		if _, err := qt.Insert(ctx, k, 1, fill(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, err := qt.Sample(ctx, 1); err != nil || b.Items[0].Key != 0 {
+		t.Fatalf("queue sample: %v %v", b, err)
+	}
+	rq := restore(qt, queue())
+	for k := uint64(1); k < 4; k++ {
+		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+		b, err := rq.Sample(sctx, 1)
+		scancel()
+		if err != nil || b.Items[0].Key != k {
+			t.Fatalf("restored queue, sample %d: %+v %v (info %+v)", k, b, err, rq.Info())
+		}
+	}
+	sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer scancel()
+	if b, err := rq.Sample(sctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("sample of an empty restored queue: %+v %v", b, err)
+	}
+}
+
 // TestShardTableKeepsWritersGoing: with the default max size (capacity - 1) a
 // writer always finds a row, however many trajectories it writes.
 func TestShardTableKeepsWritersGoing(t *testing.T) {

@@ -522,12 +522,17 @@ func (t *Table) errClosed(op string) error {
 	return fmt.Errorf("%w: %s on table %q", ErrClosed, op, t.name)
 }
 
+// CheckPriority returns the error an insert or update of key with priority p
+// would meet, matching ErrPriority, or nil if the table's selectors accept p;
+// so that a writer can refuse a priority before it takes a row for it.
+func (t *Table) CheckPriority(key uint64, p float64) error { return t.checkPriority(key, p) }
+
 func (t *Table) checkPriority(key uint64, p float64) error {
 	if err := t.sampler.Check(p); err != nil {
-		return fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)
+		return priorityError{fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)}
 	}
 	if err := t.remover.Check(p); err != nil {
-		return fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)
+		return priorityError{fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)}
 	}
 	return nil
 }

@@ -166,6 +166,18 @@ func (s *Shard) SetPriority(ref Ref, priority float64) error {
 	return nil
 }
 
+// SetTimesSampled sets the times-sampled count of the committed row ref (a
+// table that counts samples itself writes them back before a checkpoint).
+func (s *Shard) SetTimesSampled(ref Ref, n uint32) error {
+	v, err := s.Read(ref)
+	if err != nil {
+		return err
+	}
+	s.row(v.idx).sampled.Store(n)
+	v.Done()
+	return nil
+}
+
 // MarkSampled adds one to the row's times-sampled count and returns the new count.
 func (s *Shard) MarkSampled(ref Ref) (uint32, error) {
 	v, err := s.Read(ref)

@@ -44,6 +44,13 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("libgear: %w: %s", errInvalid, fmt.Sprintf(format, args...))
 }
 
+// invalidErr marks an error of the caller's input found elsewhere (a spec
+// that does not decode) as an invalid argument, keeping its text.
+type invalidErr struct{ error }
+
+func (e invalidErr) Unwrap() error        { return e.error }
+func (e invalidErr) Is(target error) bool { return target == errInvalid }
+
 // statusOf maps a Go error onto a status.
 func statusOf(err error) C.int32_t {
 	var pe *reverb.ParamError
@@ -56,7 +63,8 @@ func statusOf(err error) C.int32_t {
 		return statusClosed
 	case errors.Is(err, context.DeadlineExceeded):
 		return statusTimeout
-	case errors.Is(err, errInvalid), errors.As(err, &pe), errors.As(err, &fe), errors.Is(err, store.ErrLayout):
+	case errors.Is(err, errInvalid), errors.As(err, &pe), errors.As(err, &fe), errors.Is(err, store.ErrLayout),
+		errors.Is(err, sample.ErrPriority):
 		return statusInvalid
 	}
 	return statusError

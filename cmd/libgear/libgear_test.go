@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"math"
 	"testing"
 	"unsafe"
 
@@ -235,4 +237,59 @@ func BenchmarkTableSampleCollect(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)*n/b.Elapsed().Seconds(), "rows/s")
+}
+
+// TestShardPutRefusesBadPriorities: a priority that the commit or the
+// owner's selectors would refuse is refused before a row is taken for it,
+// as an invalid argument, so that no row of the shard is lost to it (a
+// NaN's row stayed allocated: two of them wedged a shard of two rows) and
+// nothing is refused later, at admission, after the put returned.
+func TestShardPutRefusesBadPriorities(t *testing.T) {
+	ss, cfg, err := buildTable(`
+[table]
+name = "prio"
+capacity = 2
+trajectory_length = 1
+sampler = "prioritized"
+priority_exponent = 1.0
+remover = "fifo"
+[[table.columns]]
+name = "x"
+dtype = "float32"
+`, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := store.Create(storetest.Name(t, "prio"), ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sample.NewShardTable(s, cfg)
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	h := register(newShardHandle(s, st))
+	defer gear_close(h)
+	for _, p := range []float64{math.NaN(), math.NaN(), math.NaN(), -1, math.Inf(1)} {
+		_, err := shardPut(uint64(h), 100, true, 1, p)
+		if statusOf(err) != statusInvalid {
+			t.Fatalf("put with priority %v: %v (status %d), want an invalid argument", p, err, statusOf(err))
+		}
+	}
+	for i := range 4 {
+		if _, err := shardPut(uint64(h), 1000, true, uint64(10+i), 1); err != nil {
+			t.Fatalf("put %d after the refusals: %v", i, err)
+		}
+	}
+	if err := st.WaitAdmitted(t.Context(), s.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	if info := st.Info(); info.Size != 2 || info.Refused != 0 {
+		t.Fatalf("size %d, refused %d; want 2, 0", info.Size, info.Refused)
+	}
+	err = st.MutatePriorities([]sample.Update{{Key: 13, Priority: -2}}, nil)
+	if !errors.Is(err, sample.ErrPriority) || statusOf(err) != statusInvalid {
+		t.Fatalf("update to a negative priority: %v, want ErrPriority, an invalid argument", err)
+	}
 }

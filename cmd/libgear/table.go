@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"math"
 	"sync"
 	"time"
 	"unsafe"
@@ -132,14 +134,13 @@ func (h *shardHandle) table() (*sample.ShardTable, error) {
 // with only its [table]) with package jobs and builds it for one shard, with
 // extra rows beyond the table's capacity for writers in flight.
 func buildTable(spec string, extra int) (store.Spec, sample.Config, error) {
-	s, err := jobs.Decode([]byte(spec), "")
+	s, err := jobs.DecodeDefaults([]byte(spec), "")
 	if err != nil {
-		return store.Spec{}, sample.Config{}, err
+		return store.Spec{}, sample.Config{}, invalidErr{err}
 	}
 	if s.Table == nil {
 		return store.Spec{}, sample.Config{}, invalidf("the spec has no [table]")
 	}
-	s.SetDefaults()
 	ss, rt, err := s.Table.Build(1)
 	if err != nil {
 		return store.Spec{}, sample.Config{}, err
@@ -223,19 +224,23 @@ func gear_table_checkpoint(h C.uint64_t, path *C.char, pathLen C.int64_t, opOut 
 		if s.closed {
 			return 0, errHandle
 		}
+		if s.st != nil {
+			return 0, s.st.Checkpoint(ctx, p)
+		}
 		return 0, s.shard.Checkpoint(ctx, p)
 	})
 }
 
-// gear_shard_attach maps the existing shard seg as a writer, waiting up to ms
-// milliseconds while its owner sets it up, and stores the writer's handle.
+// gear_shard_attach maps the shard seg as a writer, waiting up to ms
+// milliseconds for its owner to create it and set it up (GEAR_TIMEOUT then,
+// with the reason in the error text), and stores the writer's handle.
 //
 //export gear_shard_attach
 func gear_shard_attach(seg *C.char, segLen C.int64_t, ms C.int64_t, out *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
 	ctx, cancel := timeoutCtx(ms)
 	defer cancel()
-	s, err := store.Attach(ctx, gostring(seg, segLen))
+	s, err := attachWhenThere(ctx, gostring(seg, segLen))
 	if err != nil {
 		return fail(err)
 	}
@@ -252,6 +257,28 @@ type layoutColumn struct {
 	Stride     int    `json:"stride"`
 	BlockBytes int    `json:"block_bytes"`
 	Stage      int    `json:"stage_offset"`
+}
+
+// attachWhenThere is store.Attach, also waiting, until ctx is done, while
+// the segment does not exist yet: an actor started beside its learner may
+// look for the table before the learner has made it. The error of a segment
+// still missing at the end wraps both fs.ErrNotExist and ctx's error.
+func attachWhenThere(ctx context.Context, name string) (*store.Shard, error) {
+	wait := time.Millisecond
+	for {
+		s, err := store.Attach(ctx, name)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			return s, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (waited for its owner to create it: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 10*time.Millisecond)
+	}
 }
 
 // gear_shard_layout writes the shard's layout as JSON into buf: segment,
@@ -341,6 +368,9 @@ func gear_shard_commit(h C.uint64_t, row C.int64_t, hasKey C.int32_t, key C.uint
 		return fail(err)
 	}
 	defer s.mu.RUnlock()
+	if err := s.checkPriority(uint64(key), float64(priority)); err != nil {
+		return fail(err) // the row stays allocated, to commit with another priority or abort
+	}
 	p, err := s.takePending(row)
 	if err != nil {
 		return fail(err)
@@ -402,6 +432,15 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 	if keys != nil {
 		ks = unsafe.Slice((*uint64)(unsafe.Pointer(keys)), int(n))
 	}
+	for i := range prio {
+		var k uint64
+		if ks != nil {
+			k = ks[i]
+		}
+		if err := s.checkPriority(k, prio[i]); err != nil {
+			return fail(fmt.Errorf("row %d of %d: %w", i, int64(n), err))
+		}
+	}
 	for i := 0; i < int(n); i++ {
 		p, err := s.allocate(ms)
 		if err != nil {
@@ -416,6 +455,7 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 			_, err = p.Commit(prio[i])
 		}
 		if err != nil {
+			_ = p.Abort()
 			return fail(err)
 		}
 		*done = C.int64_t(i + 1)
@@ -497,6 +537,9 @@ func shardPut(h uint64, ms int64, hasKey bool, key uint64, priority float64) (st
 
 // put inserts the staging row (the caller holds s.mu for reading).
 func (s *shardHandle) put(ms int64, hasKey bool, key uint64, priority float64) (store.Ref, error) {
+	if err := s.checkPriority(key, priority); err != nil {
+		return store.Ref{}, err
+	}
 	p, err := s.allocate(C.int64_t(ms))
 	if err != nil {
 		return store.Ref{}, err
@@ -504,10 +547,31 @@ func (s *shardHandle) put(ms int64, hasKey bool, key uint64, priority float64) (
 	for c, bb := range s.bytes {
 		copy(p.Block(c), unsafe.Slice((*byte)(unsafe.Add(s.stage, s.stageOff[c])), bb))
 	}
+	var ref store.Ref
 	if hasKey {
-		return p.CommitKey(key, priority)
+		ref, err = p.CommitKey(key, priority)
+	} else {
+		ref, err = p.Commit(priority)
 	}
-	return p.Commit(priority)
+	if err != nil {
+		_ = p.Abort() // the row goes back to the free rows, not lost to the shard
+	}
+	return ref, err
+}
+
+// checkPriority refuses, before a row is taken for it, a priority that the
+// commit or the table would refuse: NaN on every handle, and on the owner's
+// whatever its sampler or remover refuses (which the table would otherwise
+// refuse at admission, after the insert returned, counting it in Info's
+// Refused). A writer's handle does not know the owner's selectors.
+func (s *shardHandle) checkPriority(key uint64, priority float64) error {
+	if math.IsNaN(priority) {
+		return invalidf("shard %q: priority is NaN", s.shard.Name())
+	}
+	if s.st != nil {
+		return s.st.CheckPriority(key, priority)
+	}
+	return nil
 }
 
 // batchHandle is a sampled batch the caller holds (gear_table_sample with keep).

@@ -5,6 +5,8 @@ import ctypes
 import os
 import time
 
+import numpy as np
+
 OK, ERROR, CLOSED, TIMEOUT, INVALID, PENDING = 0, 1, 2, 3, 4, 5
 
 # The slice, in milliseconds, in which blocking calls wait before Python looks
@@ -29,6 +31,36 @@ class InvalidArgument(Error, ValueError):
 
 
 _CLASSES = {ERROR: Error, CLOSED: Closed, TIMEOUT: Timeout, INVALID: InvalidArgument}
+
+U64_MAX = 2**64 - 1
+
+
+def u64(what, v):
+    """v as an int in [0, 2**64): a key, a version. Anything else (a float, a
+    negative or larger number, a string) raises InvalidArgument naming what,
+    where ctypes and numpy would wrap it around silently."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= U64_MAX:
+        raise InvalidArgument(f"gear: {what} {v!r}: want an integer from 0 to 2**64-1")
+    return int(v)
+
+
+def u64s(what, vs):
+    """vs (a sequence or array of keys) as a contiguous 1-d uint64 array, or
+    InvalidArgument naming what: negative, fractional or too large values are
+    refused, not wrapped around."""
+    a = np.asarray(vs)
+    if a.ndim == 0:
+        a = a.reshape(1)
+    if a.ndim != 1:
+        raise InvalidArgument(f"gear: {what}: shape {a.shape}, want one dimension")
+    if a.size and a.dtype.kind not in "iu":
+        if isinstance(vs, np.ndarray):
+            raise InvalidArgument(f"gear: {what}: dtype {a.dtype}, want integers from 0 to 2**64-1")
+        # Python numbers that numpy made floats or objects (ints past int64).
+        return np.array([u64(what, v) for v in np.asarray(vs, dtype=object).reshape(-1)], np.uint64)
+    if a.dtype.kind == "i" and a.size and a.min() < 0:
+        raise InvalidArgument(f"gear: {what} {int(a.min())}: want an integer from 0 to 2**64-1")
+    return np.ascontiguousarray(a, np.uint64)
 
 _u64, _i64, _i32, _dbl = ctypes.c_uint64, ctypes.c_int64, ctypes.c_int32, ctypes.c_double
 _p = ctypes.c_void_p

@@ -25,12 +25,26 @@ class Publisher:
         a = np.ascontiguousarray(params, np.float32).reshape(-1)
         if a.size != self.n:
             raise ValueError(f"gear: publish: {a.size} parameters, want {self.n}")
-        _lib.run_op(lambda out: lib.gear_param_publish(self._h, version, a.ctypes.data, a.size, out), timeout, "publish")
+        version = _lib.u64("publish: version", version)
+        h = self._handle()
+        _lib.run_op(lambda out: lib.gear_param_publish(h, version, a.ctypes.data, a.size, out), timeout, "publish")
+
+    def _handle(self):
+        if self._h is None:
+            raise _lib.Closed("gear: parameter publisher closed")
+        return self._h
 
     def close(self):
         if self._h is not None:
             h, self._h = self._h, None
             _lib.check(lib.gear_close(h))
+
+    def __del__(self):
+        # The service's segment is the publisher's: dropped, it goes too.
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 class Reader:
@@ -49,8 +63,12 @@ class Reader:
         """Take the newest version (waiting up to timeout seconds for one of at
         least min_version) into self.params; returns its version (0: none
         published yet)."""
+        min_version = _lib.u64("read: min_version", min_version)
+        if self._h is None:
+            raise _lib.Closed("gear: parameter reader closed")
+        h = self._h
         v = ctypes.c_uint64()
-        _lib.sliced(lambda ms: lib.gear_param_read(self._h, min_version, ms, self.params.ctypes.data, self.n,
+        _lib.sliced(lambda ms: lib.gear_param_read(h, min_version, ms, self.params.ctypes.data, self.n,
                                                     ctypes.byref(v)), timeout, "read parameters")
         if v.value:
             self.version = v.value
@@ -60,3 +78,9 @@ class Reader:
         if self._h is not None:
             h, self._h = self._h, None
             _lib.check(lib.gear_close(h))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -82,6 +82,11 @@ class Column:
             base["mapping"][d["offset"]:], shape=(cap, d["block_bytes"]), strides=(d["stride"], 1))
         self.rows = raw.view(self.dtype).reshape((cap,) + self.row_shape)
 
+    def view(self, row):
+        """Row row's block of this column: a numpy view of the shard of shape
+        row_shape (0-d for a scalar column, so that view[...] = v writes it)."""
+        return self.rows[row:row + 1].reshape(self.row_shape)
+
     def check(self, value, n=None):
         """value as an array of this column's dtype and shape (n rows of it
         when n is given), or ValueError naming the column."""
@@ -91,10 +96,7 @@ class Column:
             if a.dtype != self.dtype:
                 raise ValueError(f"gear: column {self.name!r}: dtype {a.dtype}, want {self.dtype} ({self.gear_dtype})")
         else:
-            try:
-                a = np.asarray(value, dtype=self.dtype)
-            except (TypeError, ValueError) as e:
-                raise ValueError(f"gear: column {self.name!r}: {e}") from None
+            a = self._fit(value)
         if a.shape != want:
             if a.size == int(np.prod(want)) and n is not None and a.shape[:1] == (n,) and self.length == 1 and \
                     a.shape[1:] == (1,) + self.shape:
@@ -102,6 +104,32 @@ class Column:
             else:
                 raise ValueError(f"gear: column {self.name!r}: shape {a.shape}, want {want}")
         return np.ascontiguousarray(a)
+
+
+    def _fit(self, value):
+        """value (Python numbers, lists, numpy scalars) converted to this
+        column's dtype, or ValueError naming the column when a value would
+        change on the way: an integer out of the column's range, a fraction
+        into an integer column, a finite number that overflows a float
+        column, anything but 0 and 1 into a bool one."""
+        try:
+            raw = np.asarray(value)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"gear: column {self.name!r}: {e}") from None
+        dt, k = self.dtype, raw.dtype.kind
+        if k not in "biuf":
+            raise ValueError(f"gear: column {self.name!r}: {value!r} is not a number of {dt} ({self.gear_dtype})")
+        with np.errstate(all="ignore"):
+            a = raw.astype(dt)
+            if dt.kind == "f":
+                ok = k != "f" or not np.any(np.isfinite(raw) & ~np.isfinite(a))
+            elif dt.kind == "b":
+                ok = k == "b" or bool(np.all((raw == 0) | (raw == 1)))
+            else:
+                ok = bool(np.all(a == raw)) and (k != "f" or bool(np.all(np.isfinite(raw))))
+        if not ok:
+            raise ValueError(f"gear: column {self.name!r}: {value!r} does not fit {dt} ({self.gear_dtype})")
+        return a
 
 
 class Pending:
@@ -113,25 +141,44 @@ class Pending:
     def __init__(self, shard, row):
         self._shard, self.row = shard, row
 
+    def _row(self, what):
+        if self.row is None:
+            raise _lib.InvalidArgument(f"gear: {what}: the row was committed or aborted already")
+        return self.row
+
     def __getitem__(self, col):
-        return self._shard.columns[col].rows[self.row]
+        return self._shard.columns[col].view(self._row("pending row"))
 
     def __setitem__(self, col, value):
         c = self._shard.columns[col]
-        c.rows[self.row] = c.check(value)
+        c.rows[self._row("pending row")] = c.check(value)
 
     def commit(self, priority=1.0, key=None):
         """Commit the row with priority and key (None: its insertion sequence,
-        which is returned)."""
+        which is returned). A NaN priority or a key outside 0 to 2**64-1
+        raises InvalidArgument, and the row stays pending."""
+        row = self._row("commit")
+        priority = _priority(priority)
+        k = 0 if key is None else _lib.u64("commit: key", key)
         seq = ctypes.c_uint64()
-        _lib.check(lib.gear_shard_commit(self._shard._handle(), self.row, key is not None, key or 0,
-                                         float(priority), ctypes.byref(seq)))
+        _lib.check(lib.gear_shard_commit(self._shard._handle(), row, key is not None, k, priority, ctypes.byref(seq)))
         self.row = None
         return seq.value
 
     def abort(self):
-        _lib.check(lib.gear_shard_abort(self._shard._handle(), self.row))
+        _lib.check(lib.gear_shard_abort(self._shard._handle(), self._row("abort")))
         self.row = None
+
+
+def _priority(p):
+    """p as a float, or InvalidArgument: NaN orders nothing."""
+    try:
+        f = float(p)
+    except (TypeError, ValueError):
+        raise _lib.InvalidArgument(f"gear: priority {p!r}: want a number") from None
+    if f != f:
+        raise _lib.InvalidArgument("gear: priority is NaN")
+    return f
 
 
 class _Shard:
@@ -139,11 +186,15 @@ class _Shard:
 
     def _open(self, handle):
         self._h = handle
+        self._keeper = _Keeper(handle)
         lay = json.loads(_lib.text(lib.gear_shard_layout, handle))
         self.segment = lay["segment"]
         self.capacity = lay["capacity"]
-        # The shard's mapping in this process, valid until close.
+        # The shard's mapping in this process, valid until close. Every view
+        # of it has it as base, and it holds the keeper: a table or writer
+        # dropped while views of its rows live stays open until they go.
         self._mapping = (ctypes.c_char * lay["mapping_len"]).from_address(lay["mapping_addr"])
+        self._mapping._keeper = self._keeper
         base = {"capacity": self.capacity, "mapping": np.frombuffer(self._mapping, dtype=np.uint8)}
         self.mapping_address, self.mapping_size = lay["mapping_addr"], lay["mapping_len"]
         self.columns = {d["name"]: Column(d, base) for d in lay["columns"]}
@@ -193,6 +244,9 @@ class _Shard:
         with a key) copies into a free row of the shard and commits. Waits up
         to timeout seconds (None: no limit) while the shard is full. Not for
         two threads on one handle at once."""
+        h = self._h
+        if h is None:
+            self._handle()  # raises Closed: the staging row is freed
         stage = self._stage
         if len(columns) != len(stage):
             self._check_names(columns)
@@ -209,17 +263,14 @@ class _Shard:
                 else:
                     v = c.check(v)
             view[at] = v
-        h = self._h
-        if h is None:
-            self._handle()
         if key is None:
             if priority != self._staged_prio:
                 self._staged_prio = None
-                self._stage_prio[()] = float(priority)
+                self._stage_prio[()] = _priority(priority)
                 self._staged_prio = priority
             st = self._put_staged(h)
         else:
-            st = self._put(h, 0, 1, key, priority, None)
+            st = self._put(h, 0, 1, _lib.u64("insert: key", key), _priority(priority), None)
         if st:  # not _lib.OK (0)
             self._put_slow(st, priority, key, timeout)
 
@@ -257,7 +308,8 @@ class _Shard:
         prio = np.ascontiguousarray(np.broadcast_to(np.asarray(priorities, np.float64), (n,)))
         kp = _NULL
         if keys is not None:
-            keys = np.ascontiguousarray(np.broadcast_to(np.asarray(keys, np.uint64), (n,)))
+            keys = _lib.u64s("insert_batch: keys", keys)
+            keys = np.ascontiguousarray(np.broadcast_to(keys if len(keys) != 1 else keys[0], (n,)))
             kp = keys.ctypes.data
         ptrs = self._ptrs
         for i, a in enumerate(arrs):
@@ -272,7 +324,13 @@ class _Shard:
                                        ptrs if total[0] == 0 else self._advance(arrs, total[0]), ms, ctypes.byref(done))
             total[0] += done.value
             return st
-        _lib.sliced(call, timeout, "insert")
+        try:
+            _lib.sliced(call, timeout, "insert")
+        except _lib.Error as e:
+            # The rows before the one that failed are in: say how many.
+            e.inserted = total[0]
+            e.args = (f"{e.args[0] if e.args else e} ({total[0]} of {n} rows inserted before it)",) + e.args[1:]
+            raise
         return n
 
     def _advance(self, arrs, k):
@@ -283,16 +341,31 @@ class _Shard:
 
     def close(self):
         """Close this handle: the owner's removes the shard. Every view of the
-        shard (Pending, Column.rows, a kept batch's) is invalid afterwards."""
+        shard (Pending, Column.rows, a kept batch's) is invalid afterwards:
+        the mapping is gone. A table or writer that is only dropped closes
+        once the last view of its rows is gone too."""
         if self._h is not None:
-            h, self._h = self._h, None
-            _lib.check(lib.gear_close(h))
+            self._h = None
+            self._keeper.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+class _Keeper:
+    """Owns a shard's handle: closes it at close, or when the last reference
+    goes (the table or writer, and the base of every view of its mapping)."""
+
+    def __init__(self, h):
+        self.h = h
+
+    def close(self):
+        if self.h is not None:
+            h, self.h = self.h, None
+            _lib.check(lib.gear_close(h))
 
     def __del__(self):
         try:
@@ -307,11 +380,14 @@ class Writer(_Shard):
 
     def __init__(self, segment, timeout=10.0):
         """Attach to the shard segment (a Table's segment), waiting up to timeout
-        seconds while its owner sets it up."""
+        seconds (None: no limit) for its owner to create it and set it up;
+        Timeout then, saying which. Ctrl-C interrupts the wait."""
         b, n = _lib.cstr(segment)
         h = ctypes.c_uint64()
-        ms = -1 if timeout is None else int(timeout * 1000)
-        _lib.check(lib.gear_shard_attach(b, n, ms, ctypes.byref(h)))
+        try:
+            _lib.sliced(lambda ms: lib.gear_shard_attach(b, n, ms, ctypes.byref(h)), timeout, "attach")
+        except _lib.Timeout:
+            raise _lib.Timeout(f"gear: Writer: no shard {segment!r} ready after {timeout} s: {_lib.last_error()}") from None
         self._open(h.value)
 
 
@@ -336,6 +412,7 @@ class Sample:
                       "times_sampled": np.empty(n, np.int64)}
         self._data = {}
         self._args = None
+        self._copy = True
         self._batch = None
         self.data = {}
 
@@ -351,7 +428,7 @@ class Sample:
     def view(self, col, i):
         if self._batch is None:
             raise ValueError("gear: view: only a batch sampled with copy=False (and not released) has views")
-        return self._shard.columns[col].rows[self.rows[i]]
+        return self._shard.columns[col].view(int(self.rows[i]))
 
     def release(self):
         if self._batch is not None:
@@ -363,6 +440,13 @@ class Sample:
 
     def __exit__(self, *exc):
         self.release()
+
+    def __del__(self):
+        # A kept batch dropped without release: its rows would stay pinned.
+        try:
+            self.release()
+        except Exception:
+            pass
 
 
 class Table(_Shard):
@@ -382,6 +466,8 @@ class Table(_Shard):
         admitted).
         """
         if _handle is None:
+            seed = _lib.u64("Table: seed", seed)
+            extra_rows = _count("Table: extra_rows", extra_rows)
             spec = _spec_text(spec, table)
             segment = segment or _default_segment(spec)
             s, sn = _lib.cstr(spec)
@@ -396,6 +482,8 @@ class Table(_Shard):
     def restore(cls, path, spec=None, segment=None, seed=0, extra_rows=1024, timeout=None, **table):
         """Make a table from the checkpoint at path (written by checkpoint),
         with the layout spec describes."""
+        seed = _lib.u64("Table.restore: seed", seed)
+        extra_rows = _count("Table.restore: extra_rows", extra_rows)
         spec = _spec_text(spec, table)
         segment = segment or _default_segment(spec)
         s, sn = _lib.cstr(spec)
@@ -411,7 +499,10 @@ class Table(_Shard):
         Returns a Sample; see its doc for copy. out, a Sample an earlier call
         returned for the same n and columns, is refilled instead of a new one
         (its arrays are overwritten: the fast path for a training loop)."""
-        if out is None or out._args is None or out._n != n or out._cols != columns or not copy:
+        if out is not None and out._batch is not None:
+            raise _lib.InvalidArgument("gear: sample: out holds a batch sampled with copy=False; release it, or "
+                                       "leave out None")
+        if out is None or out._args is None or out._n != n or out._cols != columns or not copy or not out._copy:
             out = self._new_sample(n, columns, copy)
         h = self._handle()
         got, batch = out._got, out._batchp
@@ -424,7 +515,7 @@ class Table(_Shard):
 
     def _new_sample(self, n, columns, copy):
         out = Sample(self, n)
-        out._n, out._cols = n, columns
+        out._n, out._cols, out._copy = n, columns, copy
         cols = self._order if columns is None else list(columns)
         for c in cols:
             if c not in self.columns:
@@ -447,15 +538,15 @@ class Table(_Shard):
 
     def update_priorities(self, keys, priorities):
         """Set the priorities of the items with keys (Reverb's update_priorities)."""
-        k = np.ascontiguousarray(keys, np.uint64)
-        p = np.ascontiguousarray(priorities, np.float64)
-        if k.shape != p.shape or k.ndim != 1:
+        k = _lib.u64s("update_priorities: keys", keys)
+        p = np.ascontiguousarray(priorities, np.float64).reshape(-1)
+        if k.shape != p.shape:
             raise ValueError(f"gear: update_priorities: {k.shape} keys and {p.shape} priorities")
         _lib.check(lib.gear_table_mutate(self._handle(), len(k), k.ctypes.data, p.ctypes.data, 0, _NULL))
 
     def delete(self, keys):
         """Delete the items with keys."""
-        k = np.ascontiguousarray(keys, np.uint64).reshape(-1)
+        k = _lib.u64s("delete: keys", keys)
         _lib.check(lib.gear_table_mutate(self._handle(), 0, _NULL, _NULL, len(k), k.ctypes.data))
 
     def reset(self):
@@ -484,7 +575,15 @@ class Table(_Shard):
         _lib.run_op(lambda out: lib.gear_table_checkpoint(h, p, pn, out), timeout, "checkpoint")
 
 
+def _count(what, v):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise _lib.InvalidArgument(f"gear: {what} {v!r}: want a whole number >= 0")
+    return int(v)
+
+
 def _spec_text(spec, table):
+    if spec is not None and not isinstance(spec, (str, dict, os.PathLike)):
+        raise _lib.InvalidArgument(f"gear: Table: spec {spec!r}: want TOML text, a .toml path or a dict of [table] keys")
     if spec is None:
         if not table:
             raise ValueError("gear: Table: give a spec or the [table] keys")

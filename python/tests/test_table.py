@@ -301,3 +301,37 @@ def test_keyless_insert_priorities(gear, make_table):
     assert {i for _, i in got} == set(range(len(prios)))
     for p, i in got:
         assert float(prios[i]) == p, f"row {i}: priority {p}, inserted with {prios[i]}"
+
+
+def test_restore_keeps_times_sampled_and_queues(gear, make_table, tmp_path):
+    """A restored table goes on toward max_times_sampled where the
+    checkpointed one was, and a restored queue gives one sample per row."""
+    cols = [{"name": "x", "dtype": "float32", "shape": [2]}]
+    t = make_table(sampler="fifo", remover="fifo", max_times_sampled=3)
+    fill(t, [1, 1], keys=[0, 1])
+    for _ in range(2):
+        assert t.sample(1, timeout=5).keys.tolist() == [0]
+    t.checkpoint(tmp_path / "t.ckpt")
+    r = gear.Table.restore(tmp_path / "t.ckpt", name="t", columns=cols, capacity=16, sampler="fifo",
+                           remover="fifo", max_times_sampled=3, segment=t.segment + ".r")
+    try:
+        r.wait_admitted(10)
+        s = r.sample(1, timeout=5)
+        assert (s.keys.tolist(), s.times_sampled.tolist()) == ([0], [3])
+        assert r.sample(1, timeout=5).keys.tolist() == [1]
+    finally:
+        r.close()
+
+    q = make_table(rate_limiter={"kind": "queue"}, capacity=8)
+    fill(q, [1, 1, 1, 1], keys=[10, 11, 12, 13])
+    assert q.sample(1, timeout=5).keys.tolist() == [10]
+    q.checkpoint(tmp_path / "q.ckpt")
+    rq = gear.Table.restore(tmp_path / "q.ckpt", name="t", columns=cols, capacity=8, rate_limiter={"kind": "queue"},
+                            segment=q.segment + ".r")
+    try:
+        rq.wait_admitted(10)
+        assert [rq.sample(1, timeout=5).keys[0] for _ in range(3)] == [11, 12, 13]
+        with pytest.raises(gear.Timeout):
+            rq.sample(1, timeout=0.2)
+    finally:
+        rq.close()

@@ -1,5 +1,7 @@
 """gear.init, the collectives on a world of one, and the parameter service."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -57,3 +59,41 @@ def test_parameter_service(gear, world):
     with pytest.raises(gear.Closed):
         world.close()
         world.barrier()
+
+
+def test_bad_root_leaves_the_world_working(gear, world):
+    # A collective that fails fails the communicator: a root out of range is
+    # refused before it starts.
+    a = np.arange(3, dtype=np.float32)
+    for root in (1, -1, 2**32, "0", True):
+        with pytest.raises(gear.InvalidArgument, match="root"):
+            world.broadcast(a, root=root)
+    world.allreduce(a)
+    world.barrier()
+    assert a.tolist() == [0.0, 1.0, 2.0]
+
+
+def test_parameter_service_misuse(gear, world):
+    import glob
+    import gc
+    pub = gear.Publisher(world, "pytest-misuse", 2, timeout=30)
+    rd = gear.Reader(world, "pytest-misuse", timeout=30)
+    for v in (-1, 2**64 + 7, 1.5):
+        with pytest.raises(gear.InvalidArgument, match="version"):
+            pub.publish(v, np.zeros(2, np.float32))
+        with pytest.raises(gear.InvalidArgument, match="min_version"):
+            rd.read(min_version=v, timeout=0.1)
+    pub.publish(7, np.ones(2, np.float32))
+    assert rd.read(min_version=7, timeout=10) == 7
+    rd.close()
+    with pytest.raises(gear.Closed):
+        rd.read()
+    segs = glob.glob("/dev/shm/*pytest-misuse*")
+    assert segs, "the service has no segment to look for"
+    del pub  # dropped without close: its segment goes with it
+    gc.collect()
+    assert not [s for s in segs if os.path.exists(s)]
+    pub = gear.Publisher(world, "pytest-misuse-2", 2, timeout=30)
+    pub.close()
+    with pytest.raises(gear.Closed):
+        pub.publish(1, np.zeros(2, np.float32))

@@ -1,0 +1,298 @@
+"""Misuse that must raise, never crash the interpreter, corrupt rows, wrap a
+number around or lose a row of the shard: a closed handle, a committed
+Pending, NaN and refused priorities, keys and values out of range, dropped
+batches and views that outlive their table."""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+PKG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+def run_alone(code):
+    """Runs code in a fresh interpreter (a crash there fails the test, not
+    the run) and returns its stdout."""
+    src = f"import sys; sys.path.insert(0, {PKG!r})\nimport os, numpy as np, gear, uuid\n" + textwrap.dedent(code)
+    p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"exit status {p.returncode}\n{p.stdout}\n{p.stderr}"
+    return p.stdout
+
+
+def test_insert_after_close_raises_closed():
+    # The staging row is libgear's memory, freed at close: an insert must not
+    # write it first (a small column corrupted the heap, a large one crashed).
+    out = run_alone("""
+        for shape in ([2], [1000000]):
+            cols = [{"name": "x", "dtype": "float32", "shape": shape}]
+            t = gear.Table(name="t", capacity=4, columns=cols, segment=f"gear.pytest-{uuid.uuid4().hex[:12]}.t")
+            w = gear.Writer(t.segment)
+            w.close()
+            t.close()
+            for h in (t, w):
+                for _ in range(3):
+                    try:
+                        h.insert(x=np.full(shape, 7, np.float32))
+                    except gear.Closed:
+                        print("closed")
+    """)
+    assert out.split() == ["closed"] * 12
+
+
+def test_views_keep_a_dropped_table_open():
+    out = run_alone("""
+        def rows():
+            t = gear.Table(name="t", capacity=4, columns=[{"name": "x", "dtype": "float32", "shape": [2]}],
+                           segment=f"gear.pytest-{uuid.uuid4().hex[:12]}.t")
+            t.insert(x=[1, 2], key=5)
+            t.wait_admitted(10)
+            return t.columns["x"].rows, t.segment
+        r, seg = rows()
+        import gc; gc.collect()
+        print(r.sum(), os.path.exists("/dev/shm/" + seg))
+        del r
+        gc.collect()
+        print(os.path.exists("/dev/shm/" + seg))
+    """)
+    assert out.split() == ["3.0", "True", "False"]
+
+
+def test_pending_after_commit_refuses(gear, make_table):
+    t = make_table()
+    for k in range(3):
+        t.insert(x=[k, k], key=k)
+    p = t.allocate()
+    p["x"] = [7, 7]
+    p.commit(key=3)
+    with pytest.raises(gear.InvalidArgument, match="committed or aborted"):
+        p["x"] = [-1, -1]
+    with pytest.raises(gear.InvalidArgument):
+        p["x"]
+    with pytest.raises(gear.InvalidArgument):
+        p.commit(key=4)
+    with pytest.raises(gear.InvalidArgument):
+        p.abort()
+    t.wait_admitted(10)
+    got = {}
+    for _ in range(200):
+        s = t.sample(4, timeout=5)
+        got |= {int(k): s.data["x"][i].tolist() for i, k in enumerate(s.keys)}
+    assert got == {k: [k, k] for k in range(3)} | {3: [7, 7]}
+
+
+@pytest.mark.parametrize("how", ["insert", "insert_key", "insert_batch", "commit"])
+def test_nan_priority_loses_no_row(gear, make_table, how):
+    # Two rows and no spare: a NaN that kept its row would wedge the shard.
+    t = make_table(capacity=2, extra_rows=0)
+    nan = float("nan")
+    for i in range(5):
+        with pytest.raises(gear.InvalidArgument, match="NaN"):
+            if how == "insert":
+                t.insert(x=[1, 2], priority=nan, timeout=0.2)
+            elif how == "insert_key":
+                t.insert(x=[1, 2], priority=nan, key=i, timeout=0.2)
+            elif how == "insert_batch":
+                t.insert_batch({"x": np.ones((2, 2), np.float32)}, priorities=[1.0, nan], timeout=0.2)
+            else:
+                p = t.allocate(timeout=0.2)
+                try:
+                    p.commit(priority=nan)
+                finally:
+                    p.abort()  # the row stayed pending: it can still go back
+    for i in range(4):
+        t.insert(x=[i, i], timeout=1)
+    t.wait_admitted(10)
+    assert t.info()["size"] == 2
+
+
+def test_refused_priority_raises_at_insert(gear, make_table):
+    t = make_table(sampler="prioritized", priority_exponent=1.0)
+    for p in (-1.0, float("inf")):
+        with pytest.raises(gear.InvalidArgument, match="refused"):
+            t.insert(x=[1, 2], priority=p, key=1)
+        with pytest.raises(gear.InvalidArgument, match="refused"):
+            t.insert(x=[1, 2], priority=p)
+    t.insert(x=[1, 2], priority=2.0, key=1)
+    t.wait_admitted(10)
+    info = t.info()
+    assert (info["size"], info["refused"]) == (1, 0)
+    with pytest.raises(gear.InvalidArgument, match="negative"):
+        t.update_priorities([1], [-3.0])
+
+
+@pytest.mark.parametrize("key", [-1, 2**64, 2**70, 1.5, "1", True])
+def test_keys_out_of_range_refused(gear, make_table, key):
+    t = make_table()
+    t.insert(x=[0, 0], key=0)
+    with pytest.raises(gear.InvalidArgument, match="key"):
+        t.insert(x=[1, 1], key=key)
+    p = t.allocate()
+    with pytest.raises(gear.InvalidArgument, match="key"):
+        p.commit(key=key)
+    p.abort()
+    t.wait_admitted(10)
+    assert t.sample(1, timeout=5).keys.tolist() == [0]
+
+
+def test_key_arrays_out_of_range_refused(gear, make_table):
+    t = make_table()
+    t.insert(x=[0, 0], key=1)
+    t.wait_admitted(10)
+    for bad in ([-1, -2], [2**64], [1.7], ["a"]):
+        with pytest.raises(gear.InvalidArgument):
+            t.insert_batch({"x": np.ones((len(bad), 2), np.float32)}, keys=bad)
+        with pytest.raises(gear.InvalidArgument):
+            t.update_priorities(bad, [5.0] * len(bad))
+        with pytest.raises(gear.InvalidArgument):
+            t.delete(bad)
+    assert t.info()["size"] == 1
+    t.insert_batch({"x": np.ones((2, 2), np.float32)}, keys=[2**64 - 1, 7])
+    t.wait_admitted(10)
+    seen = set()
+    for _ in range(200):
+        seen.update(t.sample(3, timeout=5).keys.tolist())
+    assert sorted(seen) == [1, 7, 2**64 - 1]
+
+
+@pytest.mark.parametrize("dtype,bad,good", [
+    ("int32", [2**40, np.int64(2**33 + 5), 3.7, np.float64(3.7), -2**31 - 1, float("nan")], [3.0, -2**31, np.int64(9)]),
+    ("uint8", [300, -1, [1, 256]], [255, 0]),
+    ("float32", [1e300, np.float64(-1e39)], [0.1, 2**40, float("inf")]),
+    ("bool", [2, -1], [0, 1, True]),
+])
+def test_values_that_do_not_fit_are_refused(gear, make_table, dtype, bad, good):
+    shape = [2] if isinstance(bad[-1], list) else []
+    t = make_table(columns=[{"name": "a", "dtype": dtype, "shape": shape}], capacity=64)
+
+    def row(v):
+        return np.broadcast_to(np.asarray(v), shape).tolist() if shape and not isinstance(v, list) else v
+
+    for v in bad:
+        with pytest.raises(ValueError, match="'a'"):
+            t.insert(a=row(v))
+        with pytest.raises(ValueError, match="'a'"):
+            t.insert_batch({"a": [row(v)]})
+        p = t.allocate()
+        with pytest.raises(ValueError, match="'a'"):
+            p["a"] = row(v)
+        p.abort()
+    for v in good:
+        if isinstance(v, list):
+            continue
+        t.insert(a=row(v))
+    t.wait_admitted(10)
+    assert t.info()["size"] == len([v for v in good if not isinstance(v, list)])
+
+
+def test_dropped_kept_batch_releases_its_rows(gear, make_table):
+    t = make_table(capacity=4, max_times_sampled=1, extra_rows=2)
+    for i in range(40):
+        t.insert(x=[i, i], key=i, timeout=2)
+        t.wait_admitted(2)
+        s = t.sample(1, timeout=1, copy=False)
+        assert s.keys.tolist() == [i]
+        del s
+        gc.collect()
+
+
+def test_out_after_a_kept_batch(gear, make_table):
+    t = make_table(capacity=4, extra_rows=2)
+    for i in range(3):
+        t.insert(x=[i, i], key=i)
+    t.wait_admitted(10)
+    s = t.sample(1, timeout=1, copy=False)
+    with pytest.raises(gear.InvalidArgument, match="release"):
+        t.sample(1, out=s)
+    s.release()
+    for _ in range(20):  # each refill a copy: no batch left pinned
+        s2 = t.sample(1, timeout=1, out=s)
+        assert list(s2.data) == ["x"] and s2.data["x"][0].tolist() == [s2.keys[0]] * 2
+    t.insert(x=[9, 9], key=9, timeout=1)
+
+
+def test_priority_exponent_zero_is_kept(gear, make_table):
+    # Reverb's alpha 0: every item alike, whatever its priority (a written 0
+    # once became the default 1, p / sum p).
+    t = make_table(sampler="prioritized", priority_exponent=0.0)
+    for k, p in enumerate([0.5, 1, 2, 7]):
+        t.insert(x=[k, k], key=k, priority=p)
+    t.wait_admitted(10)
+    s = t.sample(1, timeout=5)
+    assert s.probabilities.tolist() == [0.25]
+
+
+def test_writer_waits_for_its_table():
+    # An actor may start before its learner has made the table.
+    out = run_alone("""
+        import subprocess, time
+        seg = f"gear.pytest-{uuid.uuid4().hex[:12]}.t"
+        code = (f"import sys; sys.path.insert(0, {sys.path[0]!r}); import gear, time; time.sleep(0.5); "
+                f"t = gear.Table(name='t', capacity=4, columns=[{{'name': 'x', 'dtype': 'float32'}}], segment={seg!r}); "
+                "t.wait_admitted(10); print(len(t), flush=True); time.sleep(30)")
+        owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            t0 = time.monotonic()
+            w = gear.Writer(seg, timeout=20)
+            print(time.monotonic() - t0 > 0.3)
+            w.insert(x=1.5)
+            w.close()
+        finally:
+            owner.kill()
+            owner.wait()
+            if os.path.exists("/dev/shm/" + seg):
+                os.unlink("/dev/shm/" + seg)
+    """)
+    assert out.split() == ["True"]
+
+
+def test_ctrl_c_during_writer_attach():
+    out = run_alone("""
+        import signal, threading, time
+        threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        t0 = time.monotonic()
+        try:
+            gear.Writer("gear.pytest-never-made", timeout=None)
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic() - t0 < 2)
+    """)
+    assert out.split() == ["interrupted", "True"]
+
+
+def test_bad_arguments_are_invalid_arguments(gear, make_table):
+    cols = [{"name": "x", "dtype": "float32"}]
+    for make, match in [(lambda: gear.Table(5), "spec"),
+                        (lambda: gear.Table(name="t", capacity="16", columns=cols), "capacity"),
+                        (lambda: gear.Table(name="t", capacity=4, bogus=1, columns=cols), "bogus"),
+                        (lambda: gear.Table(name="t", capacity=4, seed="a", columns=cols), "seed"),
+                        (lambda: gear.Table(name="t", capacity=4, extra_rows=-1, columns=cols), "extra_rows")]:
+        with pytest.raises(gear.InvalidArgument, match=match):
+            make()
+
+
+def test_insert_batch_says_how_many_went_in(gear, make_table):
+    t = make_table(capacity=2, extra_rows=0, rate_limiter={"kind": "queue"})
+    with pytest.raises(gear.InvalidArgument, match="0 of 3 rows") as e:
+        t.insert_batch({"x": np.ones((3, 2), np.float32)}, priorities=[1, float("nan"), 1])
+    assert e.value.inserted == 0
+    # A queue that nobody samples: its rows run out, and a batch waits.
+    with pytest.raises(gear.Timeout, match=r"\d+ of 10 rows inserted") as e:
+        t.insert_batch({"x": np.ones((10, 2), np.float32)}, timeout=0.3)
+    assert 2 <= e.value.inserted < 10
+
+
+def test_scalar_columns_give_views(gear, make_table):
+    t = make_table(columns=[{"name": "a", "dtype": "int32"}])
+    p = t.allocate()
+    v = p["a"]
+    assert v.shape == () and not v.flags.owndata
+    v[...] = 5
+    p.commit(key=1)
+    t.wait_admitted(10)
+    with t.sample(1, timeout=5, copy=False) as s:
+        w = s.view("a", 0)
+        assert w.shape == () and int(w) == 5 and not w.flags.owndata
