@@ -80,42 +80,55 @@ def timed(f, seconds):
             return done / dt
 
 
-def writer_proc(segment, seconds, start_at, mode):
-    """A writer process: insert rows into segment until seconds pass, in
-    batches of B (mode "batch") or one a call (mode "row", as an actor
-    inserts each step); mode "ring" inserts a row a call into a numpy ring
-    of its own instead, without gear (the peer: what two processes that
-    share nothing reach on this machine)."""
+def writer_proc(segment, mode, seconds=None, start_at=None):
+    """A writer process: insert rows into segment in batches of B (mode
+    "batch") or one a call (mode "row", as an actor inserts each step); mode
+    "ring" inserts a row a call into a numpy ring of its own instead, without
+    gear (the peer: what two processes that share nothing reach on this
+    machine). With seconds and start_at it writes one window from start_at
+    on; without, it serves windows: it prints "ready", then reads
+    "start_at seconds" lines from stdin, one window each, until stdin ends.
+    Each window prints its rows/s and the CPU (cores) the process used."""
     rng = np.random.default_rng(os.getpid())
     w = Ring(100000) if mode == "ring" else gear.Writer(segment)
     data = rows(B, rng)
     one = {k: v[0] for k, v in data.items()}
-    while time.time() < start_at:
-        time.sleep(0.001)
-    done, t0, c0 = 0, time.perf_counter(), time.process_time()
-    if mode in ("row", "ring"):
-        while time.perf_counter() - t0 < seconds:
-            for _ in range(100):
-                w.insert(1.0, **one)
-            done += 100
+
+    def window(start_at, seconds):
+        while time.time() < start_at:
+            time.sleep(0.001)
+        done, t0, c0 = 0, time.perf_counter(), time.process_time()
+        if mode in ("row", "ring"):
+            while time.perf_counter() - t0 < seconds:
+                for _ in range(100):
+                    w.insert(1.0, **one)
+                done += 100
+        else:
+            while time.perf_counter() - t0 < seconds:
+                done += w.insert_batch(data, 1.0)
+        dt = time.perf_counter() - t0
+        print(done / dt, (time.process_time() - c0) / dt, flush=True)
+
+    if seconds is not None:
+        window(start_at, seconds)
     else:
-        while time.perf_counter() - t0 < seconds:
-            done += w.insert_batch(data, 1.0)
-    dt = time.perf_counter() - t0
-    print(done / dt, (time.process_time() - c0) / dt, flush=True)
+        print("ready", flush=True)
+        for line in sys.stdin:
+            window(*map(float, line.split()))
     if mode != "ring":
         w.close()
 
 
-# CPU seconds per second of the last writers() run: the writers' (summed) and
-# the owner's (this process: the table's admission of their rows).
+# CPU seconds per second of the last writers() run or Pool window: the
+# writers' (summed) and the owner's (this process: the table's admission of
+# their rows).
 cpu = {}
 
 
 def writers(segment, k, seconds, mode="batch"):
-    """Rows/s of k writer processes together."""
+    """Rows/s of k writer processes together, started for one window."""
     start_at = time.time() + 1.5
-    ps = [subprocess.Popen([sys.executable, __file__, "--writer", segment, str(seconds), str(start_at), mode],
+    ps = [subprocess.Popen([sys.executable, __file__, "--writer", segment, mode, str(seconds), str(start_at)],
                            stdout=subprocess.PIPE, text=True) for _ in range(k)]
     while time.time() < start_at:
         time.sleep(0.001)
@@ -125,6 +138,64 @@ def writers(segment, k, seconds, mode="batch"):
     return sum(float(o[0]) for o in out)
 
 
+class Pool:
+    """Two writer processes kept for many short windows, so that windows of
+    one writer and of two can alternate a fraction of a second apart: this
+    machine's speed moves by tens of percent over seconds (the numpy ring's
+    own insert rate, from one run to the next), and a pair of windows a few
+    seconds apart measures that drift as much as the writers' ratio."""
+
+    def __init__(self, segment, mode):
+        self.ps = [subprocess.Popen([sys.executable, __file__, "--writer", segment, mode], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True) for _ in range(2)]
+        for p in self.ps:
+            self._line(p, "ready")
+
+    def _line(self, p, want=None):
+        """The next line of writer process p; a writer that ends (its error
+        is on stderr) or answers otherwise ends the bench."""
+        line = p.stdout.readline()
+        if not line or (want and line.strip() != want):
+            self.close()
+            raise RuntimeError(f"bench: writer process {p.pid} ended (exit status {p.poll()}) or answered {line!r}")
+        return line
+
+    def window(self, k, seconds):
+        """Rows/s of the first k writers together in one window."""
+        start_at = time.time() + 0.02
+        for p in self.ps[:k]:
+            p.stdin.write(f"{start_at} {seconds}\n")
+            p.stdin.flush()
+        while time.time() < start_at:
+            time.sleep(0.001)
+        c0, t0 = time.process_time(), time.perf_counter()
+        out = [self._line(p).split() for p in self.ps[:k]]
+        cpu[k] = (sum(float(o[1]) for o in out), (time.process_time() - c0) / (time.perf_counter() - t0))
+        return sum(float(o[0]) for o in out)
+
+    def close(self):
+        for p in self.ps:
+            if not p.stdin.closed:
+                p.stdin.close()
+        for p in self.ps:
+            p.wait()
+
+
+def interleaved(pools, windows, seconds):
+    """For each pool: the medians of its one- and two-writer windows, the
+    median of the ratios of its adjacent pairs, and the CPU of its last pair
+    (print_cpu). The windows run one, two, one, two, ..., pool after pool
+    within each round."""
+    res = [([], [], {}) for _ in pools]
+    for _ in range(windows):
+        for pool, (ones, twos, c) in zip(pools, res):
+            ones.append(pool.window(1, seconds))
+            twos.append(pool.window(2, seconds))
+            c.update(cpu)
+    return [(statistics.median(o), statistics.median(t), statistics.median(b / a for a, b in zip(o, t)), c)
+            for o, t, c in res]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=1.0)
@@ -132,10 +203,13 @@ def main():
     ap.add_argument("--capacity", type=int, default=100000)
     ap.add_argument("--writer-capacity", type=int, default=1000000,
                     help="rows of the fresh tables the writer processes fill (400 B each)")
-    ap.add_argument("--writer", nargs=4)
+    ap.add_argument("--windows", type=int, default=12,
+                    help="pairs of windows (one writer process, two) for each writers' ratio on the full table")
+    ap.add_argument("--window", type=float, default=0.3, help="seconds of one such window")
+    ap.add_argument("--writer", nargs="+", help=argparse.SUPPRESS)  # a writer process: segment mode [seconds start_at]
     a = ap.parse_args()
     if a.writer:
-        writer_proc(a.writer[0], float(a.writer[1]), float(a.writer[2]), a.writer[3])
+        writer_proc(a.writer[0], a.writer[1], *map(float, a.writer[2:]))
         return
     rng = np.random.default_rng(0)
     one = {k: v[0] for k, v in rows(1, rng).items()}
@@ -195,10 +269,26 @@ def main():
         gs, rs = statistics.median(gs), statistics.median(rs)
         print(f"{name:34} {gs:14,.0f} {rs:18,.0f} {gs / rs:11.2f}", flush=True)
     room.close()
-    one_w, two_w = pairs(lambda k: writers(t.segment, k, a.seconds), a.repeats)
-    print(f"{'writer processes, full table':34} one {one_w:,.0f} rows/s, two {two_w:,.0f} rows/s: {two_w / one_w:.2f}x")
-    print_cpu()
-    t.close()
+    # Two writers against one on the full table, in batches and a row a call
+    # (as an actor inserts each step: each writer's own Python then costs
+    # more than the owner's admission of its rows, which the batches do not),
+    # and the peer: processes that share nothing, each inserting a row a call
+    # into its own numpy ring. Where two such reach less than twice one, the
+    # machine itself (its cores' shared caches and clocks, a virtual
+    # machine's neighbours) sets the ceiling of the writers' ratio.
+    pools = []
+    try:
+        for segment, mode in ((t.segment, "batch"), (t.segment, "row"), ("-", "ring")):
+            pools.append(Pool(segment, mode))
+        (one_w, two_w, rw, cpu_w), (one_r, two_r, rr, cpu_r), (one_p, two_p, rp, _) = interleaved(
+            pools, a.windows, a.window)
+    finally:
+        for pool in pools:
+            pool.close()
+    print(f"{a.windows} pairs of {a.window} s windows alternating one writer process and two, medians;"
+          " ratio: median of the pairs' ratios")
+    print(f"{'writer processes, full table':34} one {one_w:,.0f} rows/s, two {two_w:,.0f} rows/s: {rw:.2f}x")
+    print_cpu(cpu_w)
 
     def fresh(k, mode="batch"):
         """k writers into a fresh table with room for every row they write."""
@@ -210,28 +300,18 @@ def main():
     one_f, two_f = pairs(fresh, a.repeats)
     print(f"{'writer processes, table with room':34} one {one_f:,.0f} rows/s, two {two_f:,.0f} rows/s: {two_f / one_f:.2f}x")
     print_cpu()
-    # Actors insert a row a step: each writer's own Python then costs more
-    # than the owner's admission of its rows, which the batches above do not.
-    full = full_table("rowwise")
-    try:
-        one_r, two_r = pairs(lambda k: writers(full.segment, k, a.seconds, "row"), a.repeats)
-    finally:
-        full.close()
-    print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {two_r / one_r:.2f}x")
-    print_cpu()
-    # The peer: processes that share nothing, each inserting a row a call
-    # into its own numpy ring. Where two such reach less than twice one, the
-    # machine itself (its cores' shared caches and clocks, a virtual
-    # machine's neighbours) sets the ceiling of the writers' ratio above.
-    one_p, two_p = pairs(lambda k: writers("-", k, a.seconds, "ring"), a.repeats)
-    print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {two_p / one_p:.2f}x"
-          f" (gear's row writers: {(two_r / one_r) / (two_p / one_p):.2f} of the peer's ratio)")
+    print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {rr:.2f}x")
+    print_cpu(cpu_r)
+    print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {rp:.2f}x"
+          f" (gear's row writers: {rr / rp:.2f} of the peer's ratio)")
 
 
-def print_cpu():
-    """The last run's CPU use, in cores: writers and owner, one and two writers."""
+def print_cpu(c=None):
+    """CPU use in cores, writers and owner, of one writer and of two: c, or
+    the last run's."""
     print(f"{'  CPU (cores), last run':34} " + ", ".join(
-        f"{k} writer{'s' * (k > 1)} {w:.2f} + owner {o:.2f} (of {os.cpu_count()})" for k, (w, o) in sorted(cpu.items())))
+        f"{k} writer{'s' * (k > 1)} {w:.2f} + owner {o:.2f} (of {os.cpu_count()})"
+        for k, (w, o) in sorted((c or cpu).items())))
 
 
 def pairs(run, repeats):
