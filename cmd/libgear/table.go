@@ -195,6 +195,10 @@ func gear_table_restore(spec *C.char, specLen C.int64_t, path *C.char, pathLen C
 	p, name := gostring(path, pathLen), gostring(seg, segLen)
 	return start(opOut, func(ctx context.Context) (C.uint64_t, error) {
 		s, err := store.Restore(ctx, p, name, store.WithSpec(ss))
+		if errors.Is(err, store.ErrLayout) {
+			return 0, fmt.Errorf("%w (this spec's table of capacity %d with extra_rows %d has a shard of %d rows: restore with the capacity and extra_rows of the table checkpointed)",
+				err, cfg.MaxSize, int(extra), ss.Capacity)
+		}
 		if err != nil {
 			return 0, err
 		}

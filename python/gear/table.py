@@ -1,9 +1,12 @@
 """Replay tables over gear shards: Table (the owner, who samples) and Writer
 (any process on the host, which inserts rows in place)."""
 
+import atexit
 import ctypes
 import json
 import os
+import sys
+import weakref
 
 import numpy as np
 
@@ -18,6 +21,19 @@ _NUMPY = {
 }
 
 _NULL = ctypes.c_void_p(0)
+
+# Every shard handle still open, closed at exit: a view kept past its table's
+# close (or a table never closed) must not leave the owner's segment behind.
+_keepers = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for k in list(_keepers):
+        try:
+            k.close()
+        except Exception:
+            pass
 
 
 def _toml_value(v):
@@ -85,6 +101,8 @@ class Column:
     def view(self, row):
         """Row row's block of this column: a numpy view of the shard of shape
         row_shape (0-d for a scalar column, so that view[...] = v writes it)."""
+        if self.rows is None:
+            raise _lib.Closed(f"gear: column {self.name!r}: its table or writer is closed")
         return self.rows[row:row + 1].reshape(self.row_shape)
 
     def check(self, value, n=None):
@@ -151,7 +169,7 @@ class Pending:
 
     def __setitem__(self, col, value):
         c = self._shard.columns[col]
-        c.rows[self._row("pending row")] = c.check(value)
+        c.view(self._row("pending row"))[...] = c.check(value)
 
     def commit(self, priority=1.0, key=None):
         """Commit the row with priority and key (None: its insertion sequence,
@@ -340,13 +358,24 @@ class _Shard:
         return p
 
     def close(self):
-        """Close this handle: the owner's removes the shard. Every view of the
-        shard (Pending, Column.rows, a kept batch's) is invalid afterwards:
-        the mapping is gone. A table or writer that is only dropped closes
-        once the last view of its rows is gone too."""
-        if self._h is not None:
-            self._h = None
-            self._keeper.close()
+        """Close this handle: the owner's removes the shard. The table or
+        writer is closed at once (Closed from every call). A view of the
+        shard's rows that outlives it (Column.rows, a Pending's, a kept
+        batch's, and whatever numpy made of them) keeps the mapping: the
+        handle closes, and the owner's shard goes, when the last such view
+        goes, or at exit. A table or writer that is only dropped closes
+        likewise."""
+        if self._h is None:
+            return
+        self._h = None
+        keeper, self._keeper = self._keeper, None
+        # Drop this object's own views of the mapping: whatever still holds
+        # the keeper then (through the mapping) is a view of the caller's.
+        for c in self.columns.values():
+            c.rows = None
+        self._mapping = None
+        if sys.getrefcount(keeper) <= 2:  # the name keeper, and the call's argument
+            keeper.close()
 
     def __enter__(self):
         return self
@@ -357,10 +386,12 @@ class _Shard:
 
 class _Keeper:
     """Owns a shard's handle: closes it at close, or when the last reference
-    goes (the table or writer, and the base of every view of its mapping)."""
+    goes (the table or writer, and the base of every view of its mapping),
+    or at exit."""
 
     def __init__(self, h):
         self.h = h
+        _keepers.add(self)
 
     def close(self):
         if self.h is not None:

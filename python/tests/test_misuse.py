@@ -296,3 +296,47 @@ def test_scalar_columns_give_views(gear, make_table):
     with t.sample(1, timeout=5, copy=False) as s:
         w = s.view("a", 0)
         assert w.shape == () and int(w) == 5 and not w.flags.owndata
+
+
+def test_views_outlive_an_explicit_close():
+    # A view kept past close reads the rows it saw (no crash); the shard goes
+    # with the last view, or at exit; without views close removes it at once.
+    out = run_alone("""
+        import gc
+        cols = [{"name": "x", "dtype": "float32", "shape": [2]}]
+        def table():
+            seg = f"gear.pytest-{uuid.uuid4().hex[:12]}.t"
+            t = gear.Table(name="t", capacity=4, columns=cols, segment=seg)
+            t.insert(x=[1, 2], key=5)
+            t.wait_admitted(10)
+            return t, "/dev/shm/" + seg
+        t, path = table()
+        t.close()
+        print(os.path.exists(path))
+        t, path = table()
+        rows = t.columns["x"].rows
+        s = t.sample(1, timeout=5, copy=False)
+        v = s.view("x", 0)
+        p = t.allocate()
+        t.close()
+        for call in (lambda: t.insert(x=[0, 0]), lambda: p.__setitem__("x", [0, 0]), lambda: s.view("x", 0)):
+            try:
+                call()
+            except gear.Closed:
+                print("closed")
+        print(os.path.exists(path), rows.sum(), v.tolist())
+        del rows, v, s, p
+        gc.collect()
+        print(os.path.exists(path))
+        t, path = table()
+        keep = t.columns["x"].rows[:2]
+        t.close()
+        print(os.path.exists(path), path)
+    """)
+    lines = out.split("\\n")
+    words = out.split()
+    assert words[:4] == ["False", "closed", "closed", "closed"], out
+    assert words[4:8] == ["True", "3.0", "[1.0,", "2.0]"], out
+    assert words[8:10] == ["False", "True"], out
+    # At exit the kept view's table was closed: its shard is gone.
+    assert not os.path.exists(words[10]), lines

@@ -240,6 +240,10 @@ def test_checkpoint_and_restore(gear, make_table, tmp_path):
         assert np.array_equal(s.data["x"][:, 0], (s.keys - 5).astype(np.float32))
     finally:
         r.close()
+    # Another capacity: the error names the table's capacity and extra rows,
+    # not only the shard's rows they add up to.
+    with pytest.raises(gear.InvalidArgument, match="capacity 3 with extra_rows 1024"):
+        gear.Table.restore(path, name="t", columns=cols, capacity=3, segment=t.segment + ".r2")
 
 
 def test_insert_one_row_kinds_and_full_shard(gear, make_table):
