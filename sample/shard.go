@@ -54,6 +54,10 @@ type ShardInfo struct {
 	// Admitted is the commit sequence the table has read up to: every commit
 	// before it was admitted (or refused, or dropped as a duplicate key).
 	Admitted uint64
+	// Waiting counts the rows writers committed that the table has not
+	// admitted yet: held back by the rate limiter (a writer's commit does not
+	// wait for it; admission does), or not read yet.
+	Waiting uint64
 	// Held counts rows deleted by samples whose batches are not released yet.
 	Held int
 	// Refused counts commits whose priority the sampler or remover refused; their
@@ -440,7 +444,9 @@ func (st *ShardTable) Info() ShardInfo {
 	info := st.t.Info()
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return ShardInfo{Info: info, Admitted: st.next, Held: len(st.held), Refused: st.refused, LastRefusal: st.lastErr, Existing: st.reattached}
+	seq := st.shard.CommitSeq()
+	return ShardInfo{Info: info, Admitted: st.next, Waiting: seq - min(seq, st.next), Held: len(st.held), Refused: st.refused,
+		LastRefusal: st.lastErr, Existing: st.reattached}
 }
 
 // Close stops admitting commits, wakes every waiting call with ErrClosed, waits

@@ -495,6 +495,31 @@ func TestShardTableCheckpointKeepsCounts(t *testing.T) {
 	}
 }
 
+// TestShardInfoWaiting: a writer's commits do not wait for the rate limiter,
+// admission does; Info().Waiting counts the rows it holds back.
+func TestShardInfoWaiting(t *testing.T) {
+	st, sh := shardTable(t, 8, Config{Sampler: NewFIFO(), Remover: NewFIFO(), RateLimit: Queue(2), MaxTimesSampled: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for k := range uint64(5) {
+		p, err := sh.Allocate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.CommitKey(k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "two admitted, three waiting", func() bool {
+		i := st.Info()
+		return i.Size == 2 && i.Waiting == 3
+	})
+	if _, err := st.Sample(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "one more admitted", func() bool { return st.Info().Waiting == 2 })
+}
+
 // TestShardTableKeepsWritersGoing: with the default max size (capacity - 1) a
 // writer always finds a row, however many trajectories it writes.
 func TestShardTableKeepsWritersGoing(t *testing.T) {

@@ -810,7 +810,7 @@ func gear_table_info(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64_t
 		"sampler": i.Sampler.String(), "remover": i.Remover.String(),
 		"inserts": i.Inserts, "samples": i.Samples, "deletes": i.Deletes, "unique_samples": i.UniqueSamples,
 		"blocked_inserts": i.BlockedInserts, "blocked_samples": i.BlockedSamples,
-		"admitted": i.Admitted, "held": i.Held, "refused": i.Refused, "last_refusal": refusal,
+		"admitted": i.Admitted, "waiting": i.Waiting, "held": i.Held, "refused": i.Refused, "last_refusal": refusal,
 		"existing": i.Existing, "limiter": i.Limiter,
 		"commits": s.shard.CommitSeq(), "capacity": s.shard.Capacity(),
 	})

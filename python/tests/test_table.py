@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -339,3 +340,19 @@ def test_restore_keeps_times_sampled_and_queues(gear, make_table, tmp_path):
             rq.sample(1, timeout=0.2)
     finally:
         rq.close()
+
+
+def test_waiting_rows_of_a_queue(gear, make_table):
+    """A writer's inserts do not wait for the rate limiter (admission does):
+    info()["waiting"] counts the rows it holds back."""
+    q = make_table(capacity=3, rate_limiter={"kind": "queue"})
+    for i in range(8):
+        q.insert(x=[i, i], key=i, timeout=5)
+    deadline = time.monotonic() + 10
+    while q.info()["size"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    info = q.info()
+    assert (info["size"], info["waiting"], info["commits"]) == (3, 5, 8)
+    assert q.sample(1, timeout=5).keys.tolist() == [0]
+    assert [q.sample(1, timeout=5).keys[0] for _ in range(7)] == list(range(1, 8))
+    assert q.info()["waiting"] == 0
