@@ -98,12 +98,12 @@ func segmentName(b collective.Bootstrap, rest string) string {
 // become parts of keys and of shared-memory segment names.
 func checkName(kind, name string) error {
 	if name == "" || len(name) > 64 {
-		return fmt.Errorf("roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
+		return invalidf("roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
 	}
 	for _, r := range name {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 		if !ok {
-			return fmt.Errorf("roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
+			return invalidf("roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
 		}
 	}
 	return nil

@@ -97,7 +97,7 @@ func NewPublisher(ctx context.Context, b collective.Bootstrap, name string, n in
 		return nil, err
 	}
 	if n < 1 || n > 1<<34 {
-		return nil, fmt.Errorf("roles: parameter service %q of %d floats: want 1 to 2^34", name, n)
+		return nil, invalidf("roles: parameter service %q of %d floats: want 1 to 2^34", name, n)
 	}
 	opt, err := buildConfig(b, opts)
 	if err != nil {

@@ -1,6 +1,7 @@
 package roles
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/gear-rl/gear/collective"
@@ -33,6 +34,24 @@ func TestSegmentName(t *testing.T) {
 		}
 		if !p.Kind.PerGeneration() {
 			t.Errorf("segment %q outlives a generation", name)
+		}
+	}
+}
+
+// Bad names and parameter counts are refused before anything is set up, with
+// errors that match ErrInvalid (libgear makes them Python's InvalidArgument).
+func TestBadArgumentsMatchErrInvalid(t *testing.T) {
+	for _, name := range []string{"", "a/b", "x y", string(make([]byte, 65))} {
+		if err := checkName("parameter service", name); !errors.Is(err, ErrInvalid) {
+			t.Errorf("name %q: %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := checkName("parameter service", "theta-1.v_2"); err != nil {
+		t.Errorf("a good name: %v", err)
+	}
+	for _, n := range []int{0, -1, 1<<34 + 1} {
+		if _, err := NewPublisher(t.Context(), nil, "theta", n); !errors.Is(err, ErrInvalid) {
+			t.Errorf("publisher of %d floats: %v, want ErrInvalid", n, err)
 		}
 	}
 }

@@ -211,5 +211,7 @@ def run_op(start, timeout, what):
 
 
 def cstr(s):
+    if not isinstance(s, str):
+        raise InvalidArgument(f"gear: {s!r} ({type(s).__name__}): want a str")
     b = s.encode()
     return b, len(b)

@@ -14,7 +14,9 @@ class Publisher:
 
     def __init__(self, world, name, n, timeout=None):
         b, bn = _lib.cstr(name)
-        self.n = n
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise _lib.InvalidArgument(f"gear: Publisher: n {n!r}: want the number of float32 parameters")
+        self.n = n = int(n)
         self._h = _lib.run_op(lambda out: lib.gear_param_publisher(world._handle(), b, bn, n, out), timeout, "publisher")
 
     def publish(self, version, params, timeout=None):

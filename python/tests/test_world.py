@@ -93,6 +93,11 @@ def test_parameter_service_misuse(gear, world):
     del pub  # dropped without close: its segment goes with it
     gc.collect()
     assert not [s for s in segs if os.path.exists(s)]
+    for name, n in (("pytest-misuse-3", 0), ("", 2), ("a/b", 2), ("pytest-misuse-3", 2.5), (5, 2)):
+        with pytest.raises(gear.InvalidArgument):
+            gear.Publisher(world, name, n, timeout=5)
+    with pytest.raises(gear.InvalidArgument):
+        gear.Reader(world, "", timeout=5)
     pub = gear.Publisher(world, "pytest-misuse-2", 2, timeout=30)
     pub.close()
     with pytest.raises(gear.Closed):
