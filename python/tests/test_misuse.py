@@ -30,7 +30,8 @@ def test_insert_after_close_raises_closed():
     out = run_alone("""
         for shape in ([2], [1000000]):
             cols = [{"name": "x", "dtype": "float32", "shape": shape}]
-            t = gear.Table(name="t", capacity=4, columns=cols, segment=f"gear.pytest-{uuid.uuid4().hex[:12]}.t")
+            t = gear.Table(name="t", capacity=4, columns=cols, extra_rows=0,
+                           segment=f"gear.pytest-{uuid.uuid4().hex[:12]}.t")
             w = gear.Writer(t.segment)
             w.close()
             t.close()
