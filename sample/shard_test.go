@@ -379,20 +379,8 @@ func TestShardTableOverRestoredShard(t *testing.T) {
 	if err := st.MutatePriorities([]Update{{2, 9}}, []uint64{4}); err != nil {
 		t.Fatal(err)
 	}
-	path := t.TempDir() + "/shard.ckpt"
-	if err := sh.Checkpoint(ctx, path); err != nil {
-		t.Fatal(err)
-	}
-	restored, err := store.Restore(ctx, path, storetest.Name(t, "restored"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer restored.Close()
-	rt, err := NewShardTable(restored, Config{Name: "restored", Sampler: NewUniform(), Remover: NewFIFO()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rt.Close()
+	rt := restoreTable(t, ctx, sh.Checkpoint, Config{Name: "restored", Sampler: NewUniform(), Remover: NewFIFO()})
+	restored := rt.Shard()
 	if err := pollUntil("four rows", func() bool { return rt.Info().Size == 4 }); err != nil {
 		t.Fatal(err)
 	}
@@ -416,6 +404,28 @@ func TestShardTableOverRestoredShard(t *testing.T) {
 	}
 }
 
+// restoreTable writes a checkpoint with save (a shard's or a table's
+// Checkpoint), restores it into a fresh shard and builds a table with cfg
+// over it; both are closed at the end of the test.
+func restoreTable(t *testing.T, ctx context.Context, save func(context.Context, string, ...store.Option) error, cfg Config) *ShardTable {
+	t.Helper()
+	path := t.TempDir() + "/shard.ckpt"
+	if err := save(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	restored, err := store.Restore(ctx, path, storetest.Name(t, "restored"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { restored.Close() })
+	rt, err := NewShardTable(restored, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
+}
+
 // TestShardTableCheckpointKeepsCounts: ShardTable.Checkpoint writes the
 // times each item was sampled into its row, so that a table over the
 // restored shard goes on toward max_times_sampled where the first was; and
@@ -425,23 +435,7 @@ func TestShardTableOverRestoredShard(t *testing.T) {
 func TestShardTableCheckpointKeepsCounts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	restore := func(st *ShardTable, cfg Config) *ShardTable {
-		path := t.TempDir() + "/shard.ckpt"
-		if err := st.Checkpoint(ctx, path); err != nil {
-			t.Fatal(err)
-		}
-		restored, err := store.Restore(ctx, path, storetest.Name(t, "restored"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { restored.Close() })
-		rt, err := NewShardTable(restored, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { rt.Close() })
-		return rt
-	}
+	restore := func(st *ShardTable, cfg Config) *ShardTable { return restoreTable(t, ctx, st.Checkpoint, cfg) }
 
 	fifo3 := func() Config { return Config{Sampler: NewFIFO(), Remover: NewFIFO(), MaxTimesSampled: 3} }
 	st, _ := shardTable(t, 8, fifo3())

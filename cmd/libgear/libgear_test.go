@@ -41,7 +41,15 @@ dtype = "int32"
 // gear_table_create does, and returns its handle.
 func newBenchTable(tb testing.TB) (h uint64, sh *shardHandle) {
 	tb.Helper()
-	ss, cfg, err := buildTable(benchSpec, 4096)
+	return newSpecTable(tb, benchSpec, 4096)
+}
+
+// newSpecTable builds spec's table with extra rows over a fresh shard, as
+// gear_table_create does, and returns its handle, closed at the end of the
+// test.
+func newSpecTable(tb testing.TB, spec string, extra int) (h uint64, sh *shardHandle) {
+	tb.Helper()
+	ss, cfg, err := buildTable(spec, extra)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -245,7 +253,7 @@ func BenchmarkTableSampleCollect(b *testing.B) {
 // NaN's row stayed allocated: two of them wedged a shard of two rows) and
 // nothing is refused later, at admission, after the put returned.
 func TestShardPutRefusesBadPriorities(t *testing.T) {
-	ss, cfg, err := buildTable(`
+	h, sh := newSpecTable(t, `
 [table]
 name = "prio"
 capacity = 2
@@ -257,28 +265,15 @@ remover = "fifo"
 name = "x"
 dtype = "float32"
 `, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := store.Create(storetest.Name(t, "prio"), ss)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sample.NewShardTable(s, cfg)
-	if err != nil {
-		s.Close()
-		t.Fatal(err)
-	}
-	h := register(newShardHandle(s, st))
-	defer gear_close(h)
+	st, s := sh.st, sh.shard
 	for _, p := range []float64{math.NaN(), math.NaN(), math.NaN(), -1, math.Inf(1)} {
-		_, err := shardPut(uint64(h), 100, true, 1, p)
+		_, err := shardPut(h, 100, true, 1, p)
 		if statusOf(err) != statusInvalid {
 			t.Fatalf("put with priority %v: %v (status %d), want an invalid argument", p, err, statusOf(err))
 		}
 	}
 	for i := range 4 {
-		if _, err := shardPut(uint64(h), 1000, true, uint64(10+i), 1); err != nil {
+		if _, err := shardPut(h, 1000, true, uint64(10+i), 1); err != nil {
 			t.Fatalf("put %d after the refusals: %v", i, err)
 		}
 	}
@@ -288,7 +283,7 @@ dtype = "float32"
 	if info := st.Info(); info.Size != 2 || info.Refused != 0 {
 		t.Fatalf("size %d, refused %d; want 2, 0", info.Size, info.Refused)
 	}
-	err = st.MutatePriorities([]sample.Update{{Key: 13, Priority: -2}}, nil)
+	err := st.MutatePriorities([]sample.Update{{Key: 13, Priority: -2}}, nil)
 	if !errors.Is(err, sample.ErrPriority) || statusOf(err) != statusInvalid {
 		t.Fatalf("update to a negative priority: %v, want ErrPriority, an invalid argument", err)
 	}
