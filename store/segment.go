@@ -22,11 +22,11 @@ const shmDir = "/dev/shm"
 func checkName(name string) error {
 	switch {
 	case name == "" || name == "." || name == "..":
-		return fmt.Errorf("store: segment name %q: want a name such as gear.<job>.store", name)
+		return nameError{fmt.Sprintf("store: segment name %q: want a name such as gear.<job>.store", name)}
 	case strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0):
-		return fmt.Errorf("store: segment name %q contains '/' or NUL", name)
+		return nameError{fmt.Sprintf("store: segment name %q contains '/' or NUL", name)}
 	case len(name) > 255:
-		return fmt.Errorf("store: segment name of %d bytes: at most 255", len(name))
+		return nameError{fmt.Sprintf("store: segment name of %d bytes: at most 255", len(name))}
 	}
 	return nil
 }

@@ -32,7 +32,17 @@ var (
 	ErrLayout = errors.New("store: layout differs")
 	// ErrCorrupt: a checkpoint failed a check.
 	ErrCorrupt = errors.New("store: checkpoint corrupt")
+	// ErrName: a segment name that cannot name a shared-memory segment (empty,
+	// with '/' or NUL, longer than 255 bytes).
+	ErrName = errors.New("store: bad segment name")
 )
+
+// nameError is a bad segment name's error: its text is its own, and it
+// matches ErrName.
+type nameError struct{ msg string }
+
+func (e nameError) Error() string        { return e.msg }
+func (e nameError) Is(target error) bool { return target == ErrName }
 
 // opError prefixes an operation to an error without repeating "store: ".
 type opError struct {

@@ -704,3 +704,20 @@ func TestRemoversMatchModel(t *testing.T) {
 		})
 	}
 }
+
+// A name that cannot name a segment is refused by every call that takes one,
+// with an error matching ErrName (libgear makes it an invalid argument).
+func TestBadSegmentNames(t *testing.T) {
+	spec := store.Spec{Capacity: 2, Columns: []store.Column{{Name: "x", DType: store.Uint8, Length: 1}}}
+	for _, name := range []string{"", ".", "..", "a/b", "a\x00b", strings.Repeat("x", 256)} {
+		if _, err := store.Create(name, spec); !errors.Is(err, store.ErrName) {
+			t.Errorf("Create(%q): %v, want ErrName", name, err)
+		}
+		if _, err := store.Attach(t.Context(), name); !errors.Is(err, store.ErrName) {
+			t.Errorf("Attach(%q): %v, want ErrName", name, err)
+		}
+		if err := store.Remove(name); !errors.Is(err, store.ErrName) {
+			t.Errorf("Remove(%q): %v, want ErrName", name, err)
+		}
+	}
+}

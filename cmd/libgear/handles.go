@@ -64,7 +64,7 @@ func statusOf(err error) C.int32_t {
 	case errors.Is(err, context.DeadlineExceeded):
 		return statusTimeout
 	case errors.Is(err, errInvalid), errors.As(err, &pe), errors.As(err, &fe), errors.Is(err, store.ErrLayout),
-		errors.Is(err, sample.ErrPriority), errors.Is(err, roles.ErrInvalid):
+		errors.Is(err, sample.ErrPriority), errors.Is(err, roles.ErrInvalid), errors.Is(err, store.ErrName):
 		return statusInvalid
 	}
 	return statusError

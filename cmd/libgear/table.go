@@ -263,6 +263,28 @@ type layoutColumn struct {
 	Stage      int    `json:"stage_offset"`
 }
 
+// gear_shard_unlink removes the segment name of h's shard if h is its
+// owner's handle (a writer's: nothing), leaving the handle and its mapping
+// as they are: for a process that exits while views of the rows may still
+// be read, so that the segment does not outlive it.
+//
+//export gear_shard_unlink
+func gear_shard_unlink(h C.uint64_t) (st C.int32_t) {
+	defer guard(&st)
+	s, err := use(h)
+	if err != nil {
+		return fail(err)
+	}
+	defer s.mu.RUnlock()
+	if !s.shard.Owner() {
+		return statusOK
+	}
+	if err := store.Remove(s.shard.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fail(err)
+	}
+	return statusOK
+}
+
 // attachWhenThere is store.Attach, also waiting, until ctx is done, while
 // the segment does not exist yet: an actor started beside its learner may
 // look for the table before the learner has made it. The error of a segment

@@ -35,12 +35,16 @@ _CLASSES = {ERROR: Error, CLOSED: Closed, TIMEOUT: Timeout, INVALID: InvalidArgu
 U64_MAX = 2**64 - 1
 
 
-def u64(what, v):
-    """v as an int in [0, 2**64): a key, a version. Anything else (a float, a
-    negative or larger number, a string) raises InvalidArgument naming what,
-    where ctypes and numpy would wrap it around silently."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= U64_MAX:
-        raise InvalidArgument(f"gear: {what} {v!r}: want an integer from 0 to 2**64-1")
+def u64(what, v, hi=U64_MAX):
+    """v as an int from 0 to hi (2**64-1): a key, a version. Anything else (a
+    float, a negative or larger number, a string) raises InvalidArgument
+    naming what, where ctypes and numpy would wrap it around silently. A 0-d
+    integer array counts as its number."""
+    if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iu":
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= hi:
+        bound = "2**64-1" if hi == U64_MAX else "2**63-1" if hi == 2**63 - 1 else str(hi)
+        raise InvalidArgument(f"gear: {what} {v!r}: want an integer from 0 to {bound}")
     return int(v)
 
 
@@ -93,6 +97,7 @@ _SIGS = {
     "gear_shard_stage": ([_u64, _P(_u64)], _i32),
     "gear_shard_put": ([_u64, _i64, _i32, _u64, _dbl, _P(_u64)], _i32),
     "gear_shard_put_staged": ([_u64], _i32),
+    "gear_shard_unlink": ([_u64], _i32),
     "gear_table_sample": ([_u64, _i64, _i64, _i32, _p, _p, _p, _p, _p, _i32, _p, _p, _P(_i64), _P(_u64)], _i32),
     "gear_table_mutate": ([_u64, _i64, _p, _p, _i64, _p], _i32),
     "gear_table_reset": ([_u64], _i32),
@@ -162,11 +167,13 @@ def deadline(timeout):
 
 
 def remaining_ms(end):
-    """The next slice to wait, in ms: SLICE_MS, or less before the deadline."""
+    """The next slice to wait, in ms: SLICE_MS, or less before the deadline,
+    and at least 1: a call whose deadline has passed (timeout 0 too) still
+    gets one try, a sample of a table that can be sampled its batch."""
     if end is None:
         return SLICE_MS
     left = end - time.monotonic()
-    return max(0, min(SLICE_MS, int(left * 1000)))
+    return max(1, min(SLICE_MS, int(left * 1000)))
 
 
 def sliced(call, timeout, what):

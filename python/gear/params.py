@@ -27,7 +27,7 @@ class Publisher:
         a = np.ascontiguousarray(params, np.float32).reshape(-1)
         if a.size != self.n:
             raise ValueError(f"gear: publish: {a.size} parameters, want {self.n}")
-        version = _lib.u64("publish: version", version)
+        version = _lib.u64("publish: version", version, hi=2**63 - 1)
         h = self._handle()
         _lib.run_op(lambda out: lib.gear_param_publish(h, version, a.ctypes.data, a.size, out), timeout, "publish")
 
@@ -65,7 +65,7 @@ class Reader:
         """Take the newest version (waiting up to timeout seconds for one of at
         least min_version) into self.params; returns its version (0: none
         published yet)."""
-        min_version = _lib.u64("read: min_version", min_version)
+        min_version = _lib.u64("read: min_version", min_version, hi=2**63 - 1)
         if self._h is None:
             raise _lib.Closed("gear: parameter reader closed")
         h = self._h

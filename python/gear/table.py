@@ -22,18 +22,27 @@ _NUMPY = {
 
 _NULL = ctypes.c_void_p(0)
 
-# Every shard handle still open, closed at exit: a view kept past its table's
-# close (or a table never closed) must not leave the owner's segment behind.
+# Every table and writer, and every shard handle, still open: at exit the
+# tables and writers close; a handle that views still hold then keeps its
+# mapping (a view may be read until the process ends), and the owner's
+# segment name goes, so that nothing is left behind in /dev/shm.
+_shards = weakref.WeakSet()
 _keepers = weakref.WeakSet()
 
 
 @atexit.register
 def _close_all():
-    for k in list(_keepers):
+    for s in list(_shards):
         try:
-            k.close()
+            s.close()
         except Exception:
             pass
+    for k in list(_keepers):
+        if k.h is not None:
+            try:
+                lib.gear_shard_unlink(k.h)
+            except Exception:
+                pass
 
 
 def _toml_value(v):
@@ -109,8 +118,10 @@ class Column:
         """value as an array of this column's dtype and shape (n rows of it
         when n is given), or ValueError naming the column."""
         want = self.row_shape if n is None else (n,) + self.row_shape
-        if isinstance(value, np.ndarray) or hasattr(value, "numpy"):
-            a = value.numpy() if not isinstance(value, np.ndarray) else value
+        if not isinstance(value, np.ndarray) and hasattr(value, "numpy"):
+            value = _tensor_array(value)
+        if isinstance(value, np.ndarray):
+            a = value
             if a.dtype != self.dtype:
                 raise ValueError(f"gear: column {self.name!r}: dtype {a.dtype}, want {self.dtype} ({self.gear_dtype})")
         else:
@@ -123,31 +134,57 @@ class Column:
                 raise ValueError(f"gear: column {self.name!r}: shape {a.shape}, want {want}")
         return np.ascontiguousarray(a)
 
-
     def _fit(self, value):
         """value (Python numbers, lists, numpy scalars) converted to this
         column's dtype, or ValueError naming the column when a value would
         change on the way: an integer out of the column's range, a fraction
         into an integer column, a finite number that overflows a float
-        column, anything but 0 and 1 into a bool one."""
+        column, anything but 0 and 1 into a bool one. A bfloat16 column
+        takes numbers (rounded to the nearest bfloat16), stored as their
+        bits, and uint16 values as bits."""
         try:
             raw = np.asarray(value)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"gear: column {self.name!r}: {e}") from None
-        dt, k = self.dtype, raw.dtype.kind
+            bf16 = self.gear_dtype == "bfloat16"
+            if raw.dtype.kind == "O" and (self.dtype.kind == "f" or bf16):
+                raw = np.asarray(value, dtype=np.float64)  # Python ints past 64 bits
+        except (TypeError, ValueError, OverflowError) as e:
+            raise ValueError(f"gear: column {self.name!r}: {value!r}: {e}") from None
+        if bf16 and raw.dtype == np.uint16:
+            return raw  # bfloat16 bits already, as numpy holds them
+        dt, k = (np.dtype(np.float32) if bf16 else self.dtype), raw.dtype.kind
         if k not in "biuf":
             raise ValueError(f"gear: column {self.name!r}: {value!r} is not a number of {dt} ({self.gear_dtype})")
         with np.errstate(all="ignore"):
             a = raw.astype(dt)
             if dt.kind == "f":
-                ok = k != "f" or not np.any(np.isfinite(raw) & ~np.isfinite(a))
+                ok = not np.any(np.isfinite(raw) & ~np.isfinite(a))
             elif dt.kind == "b":
                 ok = k == "b" or bool(np.all((raw == 0) | (raw == 1)))
             else:
                 ok = bool(np.all(a == raw)) and (k != "f" or bool(np.all(np.isfinite(raw))))
         if not ok:
-            raise ValueError(f"gear: column {self.name!r}: {value!r} does not fit {dt} ({self.gear_dtype})")
-        return a
+            raise ValueError(f"gear: column {self.name!r}: {value!r} does not fit {self.gear_dtype}")
+        return _bfloat16_bits(a) if bf16 else a
+
+
+def _bfloat16_bits(f):
+    """float32 values as bfloat16 bits (uint16), rounded to nearest even; NaN
+    stays a quiet NaN."""
+    u = np.ascontiguousarray(f, np.float32).view(np.uint32)
+    bits = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    return np.where(np.isnan(f), np.uint16(0x7FC0), bits.reshape(np.shape(f)))
+
+
+def _tensor_array(t):
+    """A torch tensor (or anything with numpy()) as a numpy array without a
+    copy where torch allows: detached from autograd, a bfloat16 tensor as
+    its bits (uint16), as gear stores bfloat16."""
+    if hasattr(t, "detach"):
+        t = t.detach()
+    if str(getattr(t, "dtype", "")) == "torch.bfloat16":
+        import torch
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
 
 
 class Pending:
@@ -187,6 +224,24 @@ class Pending:
         _lib.check(lib.gear_shard_abort(self._shard._handle(), self._row("abort")))
         self.row = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        # Leaving the block without a commit (an exception, a bad column
+        # write) gives the row back.
+        if self.row is not None:
+            self.abort()
+
+    def __del__(self):
+        # A Pending dropped uncommitted would keep its row until its writer
+        # closes: give it back.
+        try:
+            if self.row is not None:
+                self.abort()
+        except Exception:
+            pass
+
 
 def _priority(p):
     """p as a float, or InvalidArgument: NaN orders nothing."""
@@ -205,6 +260,7 @@ class _Shard:
     def _open(self, handle):
         self._h = handle
         self._keeper = _Keeper(handle)
+        _shards.add(self)
         lay = json.loads(_lib.text(lib.gear_shard_layout, handle))
         self.segment = lay["segment"]
         self.capacity = lay["capacity"]
@@ -285,7 +341,8 @@ class _Shard:
             if priority != self._staged_prio:
                 self._staged_prio = None
                 self._stage_prio[()] = _priority(priority)
-                self._staged_prio = priority
+                if isinstance(priority, (float, int, np.generic)):
+                    self._staged_prio = priority  # immutable: the next call may compare with it
             st = self._put_staged(h)
         else:
             st = self._put(h, 0, 1, _lib.u64("insert: key", key), _priority(priority), None)
@@ -323,10 +380,15 @@ class _Shard:
             self._check_names(columns)
         n = len(columns[self._order[0]])
         arrs = [self.columns[c].check(columns[c], n) for c in self._order]
-        prio = np.ascontiguousarray(np.broadcast_to(np.asarray(priorities, np.float64), (n,)))
+        prio = np.asarray(priorities, np.float64).reshape(-1)
+        if prio.size not in (1, n):
+            raise _lib.InvalidArgument(f"gear: insert_batch: {prio.size} priorities for {n} rows: want 1 or {n}")
+        prio = np.ascontiguousarray(np.broadcast_to(prio if prio.size != 1 else prio[0], (n,)))
         kp = _NULL
         if keys is not None:
             keys = _lib.u64s("insert_batch: keys", keys)
+            if keys.size not in (1, n):
+                raise _lib.InvalidArgument(f"gear: insert_batch: {keys.size} keys for {n} rows: want 1 or {n}")
             keys = np.ascontiguousarray(np.broadcast_to(keys if len(keys) != 1 else keys[0], (n,)))
             kp = keys.ctypes.data
         ptrs = self._ptrs
@@ -530,6 +592,12 @@ class Table(_Shard):
         Returns a Sample; see its doc for copy. out, a Sample an earlier call
         returned for the same n and columns, is refilled instead of a new one
         (its arrays are overwritten: the fast path for a training loop)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise _lib.InvalidArgument(f"gear: sample: n {n!r}: want a whole number >= 1")
+        if out is not None and not isinstance(out, Sample):
+            raise _lib.InvalidArgument(f"gear: sample: out {out!r}: want a Sample this table returned")
+        if out is not None and out._shard is not self:
+            raise _lib.InvalidArgument("gear: sample: out is a sample of another table")
         if out is not None and out._batch is not None:
             raise _lib.InvalidArgument("gear: sample: out holds a batch sampled with copy=False; release it, or "
                                        "leave out None")
@@ -551,6 +619,8 @@ class Table(_Shard):
         for c in cols:
             if c not in self.columns:
                 raise ValueError(f"gear: sample: unknown column {c!r} (have {self._order})")
+        if len(set(cols)) != len(cols):
+            raise _lib.InvalidArgument(f"gear: sample: columns {cols} name a column twice")
         ncols = len(cols) if copy else 0
         idx = (ctypes.c_int32 * max(ncols, 1))(*[self._order.index(c) for c in cols[:ncols]])
         dst = (ctypes.c_void_p * max(ncols, 1))()

@@ -341,3 +341,144 @@ def test_views_outlive_an_explicit_close():
     assert words[8:10] == ["False", "True"], out
     # At exit the kept view's table was closed: its shard is gone.
     assert not os.path.exists(words[10]), lines
+
+
+def test_sample_arguments(gear, make_table):
+    a = make_table(columns=[{"name": "x", "dtype": "float32", "shape": [1]}], capacity=4, extra_rows=0)
+    b = make_table(columns=[{"name": "x", "dtype": "float32", "shape": [4096]}], capacity=4, extra_rows=0)
+    for t in (a, b):
+        for i in range(4):
+            t.insert(x=np.full(t.columns["x"].row_shape, i, np.float32), key=i)
+        t.wait_admitted(10)
+    s = a.sample(4, timeout=5)
+    with pytest.raises(gear.InvalidArgument, match="another table"):
+        b.sample(4, out=s)  # b's rows would not fit s's arrays
+    with pytest.raises(gear.InvalidArgument, match="twice"):
+        b.sample(4, columns=["x", "x"])
+    for n in (0, -1, 1.5, True, "2"):
+        with pytest.raises(gear.InvalidArgument, match="n"):
+            a.sample(n, timeout=1)
+    # timeout 0: one try, which a table that can be sampled answers.
+    assert len(a.sample(2, timeout=0)) == 2
+    assert a.sample(1, timeout=0.0001).keys[0] in range(4)
+
+
+def test_dropped_pending_gives_its_row_back(gear, make_table):
+    t = make_table(capacity=4, extra_rows=0)
+    w = gear.Writer(t.segment)
+    try:
+        for _ in range(12):
+            p = w.allocate(timeout=1)
+            with pytest.raises(ValueError):
+                p["x"] = [1, "bad"]
+            del p
+            gc.collect()
+        with w.allocate(timeout=1) as p:
+            p["x"] = [1, 2]
+            p.commit(key=1)
+        with pytest.raises(ValueError):
+            with w.allocate(timeout=1) as p:
+                p["x"] = [1, "bad"]
+        t.insert(x=[3, 4], key=2, timeout=1)
+        t.wait_admitted(10)
+        assert t.info()["size"] == 2
+    finally:
+        w.close()
+
+
+def test_mutable_priority_objects_are_read_each_call(gear, make_table):
+    t = make_table(sampler="prioritized", priority_exponent=1.0, capacity=8)
+    p = np.array(1.0)
+    t.insert(priority=p, x=[0, 0])
+    p[...] = 7.0
+    t.insert(priority=p, x=[1, 1])
+    t.insert(priority=np.float32(3.0), x=[2, 2])
+    t.wait_admitted(10)
+    got = {}
+    for _ in range(100):
+        s = t.sample(3, timeout=5)
+        got |= {int(k): float(v) for k, v in zip(s.data["x"][:, 0], s.priorities)}
+    assert got == {0: 1.0, 1: 7.0, 2: 3.0}
+
+
+def test_more_values_that_do_not_fit(gear, make_table):
+    torch = pytest.importorskip("torch")
+    t = make_table(columns=[{"name": "h", "dtype": "float16"}, {"name": "b", "dtype": "bfloat16", "shape": [2]},
+                            {"name": "d", "dtype": "float64"}], capacity=8, extra_rows=0)
+    for h in (70000, 2**31, -2**63):
+        with pytest.raises(ValueError, match="'h'"):
+            t.insert(h=h, b=[0, 0], d=0)
+    with pytest.raises(ValueError, match="'b'"):
+        t.insert(h=0, b=[1e39, 0], d=0)
+    t.insert(h=1, b=[1.0, -2.5], d=2**70, key=1)  # numbers into bfloat16: rounded, stored as bits
+    t.insert(h=2, b=torch.tensor([0.5, 3.0], dtype=torch.bfloat16), d=torch.tensor(4.0, dtype=torch.float64,
+                                                                                    requires_grad=True), key=2)
+    t.insert(h=3, b=np.array([0x3F80, 0x4000], np.uint16), d=0, key=3)  # uint16: bits as they are
+    t.wait_admitted(10)
+    rows = {}
+    for _ in range(100):
+        s = t.sample(3, timeout=5)
+        rows |= {int(k): (s.data["b"][i].tolist(), float(s.data["d"][i])) for i, k in enumerate(s.keys)}
+    bits = {k: torch.tensor(np.array(b, np.uint16).astype(np.int16)).view(torch.bfloat16).tolist() for k, (b, _) in
+            rows.items()}
+    assert bits == {1: [1.0, -2.5], 2: [0.5, 3.0], 3: [1.0, 2.0]}
+    assert (rows[1][1], rows[2][1]) == (2.0**70, 4.0)
+
+
+def test_zero_d_keys_and_version_bounds(gear, make_table):
+    t = make_table()
+    t.insert(x=[1, 1], key=np.array(9))
+    p = t.allocate()
+    p["x"] = [2, 2]
+    p.commit(key=np.array(3, np.uint64))
+    t.wait_admitted(10)
+    assert t.info()["size"] == 2
+    w = gear.init(timeout=30)
+    try:
+        pub = gear.Publisher(w, "pytest-bounds", 1, timeout=30)
+        rd = gear.Reader(w, "pytest-bounds", timeout=30)
+        with pytest.raises(gear.InvalidArgument, match="2\\*\\*63-1"):
+            pub.publish(2**63, np.zeros(1, np.float32))
+        with pytest.raises(gear.InvalidArgument, match="min_version"):
+            rd.read(min_version=2**64 - 1, timeout=0.1)
+        pub.publish(2**63 - 1, np.ones(1, np.float32))
+        assert rd.read(min_version=2**63 - 1, timeout=10) == 2**63 - 1
+        rd.close()
+        pub.close()
+    finally:
+        w.close()
+
+
+def test_bad_names_and_lengths_are_invalid_arguments(gear, make_table):
+    for name in ("a/b", "", "x" * 300, "a\0b"):
+        with pytest.raises(gear.InvalidArgument, match="segment name"):
+            gear.Writer(name, timeout=0.2)
+    with pytest.raises(gear.InvalidArgument, match="segment name"):
+        gear.Table(name="t", capacity=4, columns=[{"name": "x", "dtype": "float32"}], segment="a/b")
+    t = make_table()
+    for kw, match in ((dict(priorities=[1, 2, 3]), "3 priorities for 2 rows"), (dict(keys=[]), "0 keys for 2 rows"),
+                      (dict(keys=[1, 2, 3]), "3 keys for 2 rows")):
+        with pytest.raises(gear.InvalidArgument, match=match):
+            t.insert_batch({"x": np.ones((2, 2), np.float32)}, **kw)
+    assert t.info()["commits"] == 0
+
+
+def test_views_survive_the_exit_hook():
+    # An atexit function registered before gear's runs after it: a view it
+    # reads must still be mapped, and the owner's segment must be gone after.
+    out = run_alone("""
+        import atexit
+        held = {}
+        atexit.register(lambda: print("at exit", float(held["v"][0].sum()), flush=True))
+        import gear.table
+        seg = f"gear.pytest-{uuid.uuid4().hex[:12]}.t"
+        t = gear.Table(name="t", capacity=4, columns=[{"name": "x", "dtype": "float32", "shape": [2]}], segment=seg,
+                       extra_rows=0)
+        t.insert(x=[1, 2], key=1)
+        t.wait_admitted(10)
+        held["v"] = t.columns["x"].rows
+        print(seg)
+    """)
+    seg, *rest = out.split("\n")
+    assert rest[0].startswith("at exit"), out
+    assert not os.path.exists("/dev/shm/" + seg)
