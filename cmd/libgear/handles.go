@@ -59,7 +59,7 @@ func statusOf(err error) C.int32_t {
 	case err == nil:
 		return statusOK
 	case errors.Is(err, errHandle), errors.Is(err, store.ErrClosed), errors.Is(err, sample.ErrClosed),
-		errors.Is(err, collective.ErrClosed), errors.Is(err, roles.ErrClosed):
+		errors.Is(err, collective.ErrClosed), errors.Is(err, roles.ErrClosed), errors.Is(err, roles.ErrPeerClosed):
 		return statusClosed
 	case errors.Is(err, context.DeadlineExceeded):
 		return statusTimeout

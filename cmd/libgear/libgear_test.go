@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"unsafe"
 
+	"github.com/gear-rl/gear/roles"
 	"github.com/gear-rl/gear/sample"
 	"github.com/gear-rl/gear/store"
 	"github.com/gear-rl/gear/store/storetest"
@@ -286,5 +289,33 @@ dtype = "float32"
 	err := st.MutatePriorities([]sample.Update{{Key: 13, Priority: -2}}, nil)
 	if !errors.Is(err, sample.ErrPriority) || statusOf(err) != statusInvalid {
 		t.Fatalf("update to a negative priority: %v, want ErrPriority, an invalid argument", err)
+	}
+}
+
+// TestStatusOf: the errors of the packages libgear exposes map onto the
+// statuses Python turns into gear.Closed, gear.Timeout and
+// gear.InvalidArgument, wrapped or not.
+func TestStatusOf(t *testing.T) {
+	wrap := func(err error) error { return fmt.Errorf("outer: %w", err) }
+	for _, c := range []struct {
+		err  error
+		want int32
+	}{
+		{nil, statusOK},
+		{errors.New("something else"), statusError},
+		{wrap(roles.ErrPeerClosed), statusClosed},
+		{wrap(roles.ErrClosed), statusClosed},
+		{wrap(sample.ErrClosed), statusClosed},
+		{wrap(store.ErrClosed), statusClosed},
+		{wrap(context.DeadlineExceeded), statusTimeout},
+		{wrap(roles.ErrInvalid), statusInvalid},
+		{wrap(store.ErrName), statusInvalid},
+		{wrap(sample.ErrPriority), statusInvalid},
+		{invalidErr{errors.New("jobs: line 1: bad")}, statusInvalid},
+		{invalidf("bad %d", 1), statusInvalid},
+	} {
+		if got := int32(statusOf(c.err)); got != c.want {
+			t.Errorf("statusOf(%v) = %d, want %d", c.err, got, c.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@
 the wait loop that keeps blocking calls responsive to Ctrl-C."""
 
 import ctypes
+import math
 import os
 import time
 
@@ -163,7 +164,17 @@ def text(fn, *args):
 
 
 def deadline(timeout):
-    return None if timeout is None else time.monotonic() + timeout
+    """When timeout (seconds; None or inf: no limit; 0 or less: one try)
+    passes, on time.monotonic's clock, or None. A timeout that is not a
+    number, or NaN, raises InvalidArgument: callers take the deadline
+    before they start anything."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)) or timeout != timeout:
+        raise InvalidArgument(f"gear: timeout {timeout!r}: want seconds, or None for no limit")
+    if timeout == math.inf:
+        return None
+    return time.monotonic() + max(float(timeout), 0.0)
 
 
 def remaining_ms(end):
@@ -194,9 +205,9 @@ def run_op(start, timeout, what):
     """Start an operation (start(byref(op)) -> status), wait for it in slices
     and return its result handle. On Ctrl-C or timeout the operation is
     cancelled and waited for before the exception propagates."""
+    end = deadline(timeout)  # a bad timeout is refused before the operation starts
     op = _u64()
     check(start(ctypes.byref(op)))
-    end = deadline(timeout)
     try:
         while True:
             st = lib.gear_op_wait(op, remaining_ms(end))

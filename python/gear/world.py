@@ -68,7 +68,7 @@ class World:
         if out is None:
             out = np.empty((self.size,) + a.shape, a.dtype)
         o = _array(out, "allgather out")
-        if o.dtype != a.dtype or o.size != a.size * self.size:
+        if o.dtype != a.dtype or o.shape != (self.size,) + a.shape:
             raise ValueError(f"gear: allgather: out is {o.shape} {o.dtype}: want {(self.size,) + a.shape} {a.dtype}")
         _lib.run_op(lambda op: lib.gear_allgather(self._handle(), a.ctypes.data, a.size, o.ctypes.data, _DTYPES[a.dtype], op),
                     timeout, "allgather")

@@ -102,3 +102,31 @@ def test_parameter_service_misuse(gear, world):
     pub.close()
     with pytest.raises(gear.Closed):
         pub.publish(1, np.zeros(2, np.float32))
+
+
+def test_timeouts_checked_before_anything_starts(gear, world, make_table):
+    import math
+    a = np.arange(4, dtype=np.float32)
+    world.allreduce(a, timeout=math.inf)  # no limit
+    for bad in (float("nan"), "1", [1]):
+        with pytest.raises(gear.InvalidArgument, match="timeout"):
+            world.allreduce(a, timeout=bad)
+        with pytest.raises(gear.InvalidArgument, match="timeout"):
+            world.barrier(timeout=bad)
+    world.allreduce(a, timeout=-1)  # a deadline passed already: one try, which a world of one answers
+    world.barrier(timeout=5)  # the world still works: nothing was started and left running
+    assert a.tolist() == [0.0, 1.0, 2.0, 3.0]
+    t = make_table()
+    t.insert(x=[1, 1], key=1)
+    t.wait_admitted(10)
+    assert t.sample(1, timeout=math.inf).keys.tolist() == [1]
+    with pytest.raises(gear.InvalidArgument, match="timeout"):
+        t.sample(1, timeout=float("nan"))
+
+
+def test_allgather_out_shape(gear, world):
+    a = np.arange(6, dtype=np.int32).reshape(2, 3)
+    with pytest.raises(ValueError, match="out"):
+        world.allgather(a, out=np.empty(6, np.int32))
+    g = world.allgather(a, out=np.empty((1, 2, 3), np.int32))
+    assert g.shape == (1, 2, 3) and g[0].tolist() == a.tolist()
