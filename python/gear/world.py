@@ -99,11 +99,23 @@ class World:
         return f"gear.World(rank={self.rank}, size={self.size}, local_rank={self.local_rank}, role={self.role!r})"
 
 
+# The world this process joined, while it is open: a rank joins its job once
+# (the job's rendezvous refuses a second join), so init gives it again.
+_joined = None
+
+
 def init(timeout=None):
     """Join the world gearrun (or SLURM) describes in the environment, a world
     of one otherwise, and build its communicator (shared memory within a host,
-    TCP across hosts). Waits for every rank, for at most timeout seconds."""
-    return World(_lib.run_op(lib.gear_init, timeout, "init"))
+    TCP across hosts). Waits for every rank, for at most timeout seconds. A
+    second call while that world is open returns it again (as MPI is
+    initialized once a process); after its close() a rank of a job cannot
+    join again, and a process alone gets a new world of one."""
+    global _joined
+    if _joined is not None and _joined._h is not None:
+        return _joined
+    _joined = World(_lib.run_op(lib.gear_init, timeout, "init"))
+    return _joined
 
 
 def segment_name(what):

@@ -24,6 +24,7 @@ RANK = textwrap.dedent("""
     w = gear.init(timeout=120)
     r, n = w.rank, w.size
     assert n == {n}, n
+    assert gear.init(timeout=5) is w  # a rank joins its job once
     ar = np.arange(5)
     for dt in (np.float32, np.float64, np.int32, np.int64):
         a = (ar + r).astype(dt)

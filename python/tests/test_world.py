@@ -130,3 +130,16 @@ def test_allgather_out_shape(gear, world):
         world.allgather(a, out=np.empty(6, np.int32))
     g = world.allgather(a, out=np.empty((1, 2, 3), np.int32))
     assert g.shape == (1, 2, 3) and g[0].tolist() == a.tolist()
+
+
+def test_init_twice_gives_the_same_world(gear, world):
+    assert gear.init(timeout=30) is world
+    world.close()
+    w2 = gear.init(timeout=30)  # alone: a new world of one
+    try:
+        assert w2 is not world and w2.size == 1
+        a = np.ones(2, np.float32)
+        w2.allreduce(a)
+        assert a.tolist() == [1.0, 1.0]
+    finally:
+        w2.close()
