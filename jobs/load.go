@@ -47,14 +47,13 @@ func Load(path string) (*Spec, error) {
 // decoder knows them, then the field path: an unknown key is
 // "jobs: job.toml:3:1: launch.npp: unknown key".
 func Parse(data []byte, file string) (*Spec, error) {
-	s, raw, err := decode(data, file)
+	s, err := DecodeDefaults(data, file)
 	if err != nil {
 		return nil, err
 	}
 	if s.Name == "" && file != "" {
 		s.Name = strings.TrimSuffix(filepath.Base(file), filepath.Ext(file))
 	}
-	s.setDefaults(func(key string) bool { return given(raw, key) })
 	if err := s.Validate(); err != nil {
 		return nil, prefixFile(err, file)
 	}

@@ -133,7 +133,12 @@ def writers(segment, k, seconds, mode="batch"):
     while time.time() < start_at:
         time.sleep(0.001)
     c0, t0 = time.process_time(), time.perf_counter()
-    out = [p.communicate()[0].strip().splitlines()[-1].split() for p in ps]
+    return tally(k, [p.communicate()[0].strip().splitlines()[-1].split() for p in ps], c0, t0)
+
+
+def tally(k, out, c0, t0):
+    """The rows/s of k writers' window from their lines out ("rows/s cores"),
+    recording in cpu[k] their cores and this process's since c0, t0."""
     cpu[k] = (sum(float(o[1]) for o in out), (time.process_time() - c0) / (time.perf_counter() - t0))
     return sum(float(o[0]) for o in out)
 
@@ -169,9 +174,7 @@ class Pool:
         while time.time() < start_at:
             time.sleep(0.001)
         c0, t0 = time.process_time(), time.perf_counter()
-        out = [self._line(p).split() for p in self.ps[:k]]
-        cpu[k] = (sum(float(o[1]) for o in out), (time.process_time() - c0) / (time.perf_counter() - t0))
-        return sum(float(o[0]) for o in out)
+        return tally(k, [self._line(p).split() for p in self.ps[:k]], c0, t0)
 
     def close(self):
         for p in self.ps:

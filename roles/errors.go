@@ -31,15 +31,6 @@ var (
 	ErrInvalid = errors.New("roles: invalid argument")
 )
 
-// invalidError is the error of a bad argument: its text is its own, and it
-// matches ErrInvalid.
-type invalidError struct{ msg string }
-
-func (e invalidError) Error() string        { return e.msg }
-func (e invalidError) Is(target error) bool { return target == ErrInvalid }
-
-func invalidf(format string, args ...any) error { return invalidError{fmt.Sprintf(format, args...)} }
-
 // LostError says that the rank at the other end of a stream died: the world's
 // coordinator reported it, its connection broke, or its shared-memory segment lost
 // its owner. Role says what the rank was to the caller ("policy worker",

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/internal/errmark"
 	"github.com/gear-rl/gear/internal/shmname"
 )
 
@@ -98,12 +99,12 @@ func segmentName(b collective.Bootstrap, rest string) string {
 // become parts of keys and of shared-memory segment names.
 func checkName(kind, name string) error {
 	if name == "" || len(name) > 64 {
-		return invalidf("roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
+		return errmark.Errorf(ErrInvalid, "roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
 	}
 	for _, r := range name {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.'
 		if !ok {
-			return invalidf("roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
+			return errmark.Errorf(ErrInvalid, "roles: %s name %q: want 1 to 64 letters, digits, '-', '_' or '.'", kind, name)
 		}
 	}
 	return nil

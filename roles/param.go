@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/internal/errmark"
 )
 
 // Layout of a parameter segment: the common header, then
@@ -97,7 +98,7 @@ func NewPublisher(ctx context.Context, b collective.Bootstrap, name string, n in
 		return nil, err
 	}
 	if n < 1 || n > 1<<34 {
-		return nil, invalidf("roles: parameter service %q of %d floats: want 1 to 2^34", name, n)
+		return nil, errmark.Errorf(ErrInvalid, "roles: parameter service %q of %d floats: want 1 to 2^34", name, n)
 	}
 	opt, err := buildConfig(b, opts)
 	if err != nil {
@@ -138,13 +139,14 @@ func NewPublisher(ctx context.Context, b collective.Bootstrap, name string, n in
 // than the last published (or than a resumed checkpoint's reservation, see
 // CheckpointTo) gets ErrStaleVersion. params is copied.
 //
-// Errors: ErrStaleVersion; a wrong length; ErrClosed; the context's error.
+// Errors: ErrStaleVersion; a wrong length or a version above 2^63-1 (both
+// matching ErrInvalid); ErrClosed; the context's error.
 func (p *Publisher) Publish(ctx context.Context, version uint64, params []float32) error {
 	if len(params) != p.n {
-		return fmt.Errorf("roles: publish %d floats to parameter service %q of %d", len(params), p.name, p.n)
+		return errmark.Errorf(ErrInvalid, "roles: publish %d floats to parameter service %q of %d", len(params), p.name, p.n)
 	}
 	if version > maxVersion {
-		return fmt.Errorf("roles: parameter version %d above 2^63-1", version)
+		return errmark.Errorf(ErrInvalid, "roles: parameter version %d above 2^63-1", version)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gear-rl/gear/collective"
+	"github.com/gear-rl/gear/internal/errmark"
 )
 
 // Reader is the parameter service's read end, on a policy worker or an inline
@@ -131,8 +132,12 @@ func (r *Reader) Latest(ctx context.Context) (uint64, error) {
 }
 
 // Wait blocks until a version of at least min is published, takes the newest
-// and returns its version. Errors as for MaybeRefresh.
+// and returns its version. Errors as for MaybeRefresh, and one matching
+// ErrInvalid for a min above 2^63-1, which no publisher can reach.
 func (r *Reader) Wait(ctx context.Context, min uint64) (uint64, error) {
+	if min > maxVersion {
+		return r.version, errmark.Errorf(ErrInvalid, "roles: wait for parameter version %d: versions are at most 2^63-1", min)
+	}
 	for {
 		if _, err := r.refresh(ctx, min); err != nil {
 			return r.version, err

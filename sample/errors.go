@@ -21,13 +21,5 @@ var ErrEvicted = errors.New("item evicted since it was sampled")
 // overflows.
 var ErrPriority = errors.New("sample: priority refused")
 
-// priorityError is a selector's refusal of a priority: its text is the
-// selector's, and it matches ErrPriority.
-type priorityError struct{ err error }
-
-func (e priorityError) Error() string        { return e.err.Error() }
-func (e priorityError) Unwrap() error        { return e.err }
-func (e priorityError) Is(target error) bool { return target == ErrPriority }
-
 // le is the byte order of every message the distributed table sends.
 var le = binary.LittleEndian

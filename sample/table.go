@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gear-rl/gear/internal/clock"
+	"github.com/gear-rl/gear/internal/errmark"
 	"github.com/gear-rl/gear/internal/metrics"
 )
 
@@ -529,10 +530,10 @@ func (t *Table) CheckPriority(key uint64, p float64) error { return t.checkPrior
 
 func (t *Table) checkPriority(key uint64, p float64) error {
 	if err := t.sampler.Check(p); err != nil {
-		return priorityError{fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)}
+		return errmark.Errorf(ErrPriority, "sample: table %q: key %d: %w", t.name, key, err)
 	}
 	if err := t.remover.Check(p); err != nil {
-		return priorityError{fmt.Errorf("sample: table %q: key %d: %w", t.name, key, err)}
+		return errmark.Errorf(ErrPriority, "sample: table %q: key %d: %w", t.name, key, err)
 	}
 	return nil
 }

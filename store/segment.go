@@ -13,6 +13,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gear-rl/gear/internal/errmark"
 )
 
 // shmDir is where POSIX shared memory lives on Linux (shm_open is open(2) there).
@@ -22,11 +24,11 @@ const shmDir = "/dev/shm"
 func checkName(name string) error {
 	switch {
 	case name == "" || name == "." || name == "..":
-		return nameError{fmt.Sprintf("store: segment name %q: want a name such as gear.<job>.store", name)}
+		return errmark.Errorf(ErrName, "store: segment name %q: want a name such as gear.<job>.store", name)
 	case strings.ContainsRune(name, '/') || strings.ContainsRune(name, 0):
-		return nameError{fmt.Sprintf("store: segment name %q contains '/' or NUL", name)}
+		return errmark.Errorf(ErrName, "store: segment name %q contains '/' or NUL", name)
 	case len(name) > 255:
-		return nameError{fmt.Sprintf("store: segment name of %d bytes: at most 255", len(name))}
+		return errmark.Errorf(ErrName, "store: segment name of %d bytes: at most 255", len(name))
 	}
 	return nil
 }

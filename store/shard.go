@@ -37,13 +37,6 @@ var (
 	ErrName = errors.New("store: bad segment name")
 )
 
-// nameError is a bad segment name's error: its text is its own, and it
-// matches ErrName.
-type nameError struct{ msg string }
-
-func (e nameError) Error() string        { return e.msg }
-func (e nameError) Is(target error) bool { return target == ErrName }
-
 // opError prefixes an operation to an error without repeating "store: ".
 type opError struct {
 	op  string

@@ -44,13 +44,6 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("libgear: %w: %s", errInvalid, fmt.Sprintf(format, args...))
 }
 
-// invalidErr marks an error of the caller's input found elsewhere (a spec
-// that does not decode) as an invalid argument, keeping its text.
-type invalidErr struct{ error }
-
-func (e invalidErr) Unwrap() error        { return e.error }
-func (e invalidErr) Is(target error) bool { return target == errInvalid }
-
 // statusOf maps a Go error onto a status.
 func statusOf(err error) C.int32_t {
 	var pe *reverb.ParamError

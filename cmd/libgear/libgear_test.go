@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/gear-rl/gear/internal/errmark"
 	"github.com/gear-rl/gear/roles"
 	"github.com/gear-rl/gear/sample"
 	"github.com/gear-rl/gear/store"
@@ -311,7 +312,7 @@ func TestStatusOf(t *testing.T) {
 		{wrap(roles.ErrInvalid), statusInvalid},
 		{wrap(store.ErrName), statusInvalid},
 		{wrap(sample.ErrPriority), statusInvalid},
-		{invalidErr{errors.New("jobs: line 1: bad")}, statusInvalid},
+		{errmark.Mark(errors.New("jobs: line 1: bad"), errInvalid), statusInvalid},
 		{invalidf("bad %d", 1), statusInvalid},
 	} {
 		if got := int32(statusOf(c.err)); got != c.want {

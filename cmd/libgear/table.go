@@ -17,6 +17,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gear-rl/gear/internal/errmark"
 	"github.com/gear-rl/gear/jobs"
 	"github.com/gear-rl/gear/sample"
 	"github.com/gear-rl/gear/store"
@@ -136,7 +137,7 @@ func (h *shardHandle) table() (*sample.ShardTable, error) {
 func buildTable(spec string, extra int) (store.Spec, sample.Config, error) {
 	s, err := jobs.DecodeDefaults([]byte(spec), "")
 	if err != nil {
-		return store.Spec{}, sample.Config{}, invalidErr{err}
+		return store.Spec{}, sample.Config{}, errmark.Mark(err, errInvalid) // the caller's spec
 	}
 	if s.Table == nil {
 		return store.Spec{}, sample.Config{}, invalidf("the spec has no [table]")

@@ -149,6 +149,11 @@ func gear_broadcast(h C.uint64_t, buf unsafe.Pointer, count C.int64_t, dtype, ro
 	if err != nil {
 		return fail(err)
 	}
+	if root < 0 || int(root) >= w.comm.Size() {
+		// Refused before the broadcast starts: a collective that fails fails
+		// the communicator, for every later call of every rank.
+		return fail(invalidf("broadcast root %d: want a rank from 0 to %d", int32(root), w.comm.Size()-1))
+	}
 	return start(opOut, func(ctx context.Context) (C.uint64_t, error) {
 		c, r := w.comm, int(root)
 		return 0, typed(dtype, buf, count,

@@ -36,16 +36,24 @@ _CLASSES = {ERROR: Error, CLOSED: Closed, TIMEOUT: Timeout, INVALID: InvalidArgu
 U64_MAX = 2**64 - 1
 
 
-def u64(what, v, hi=U64_MAX):
-    """v as an int from 0 to hi (2**64-1): a key, a version. Anything else (a
-    float, a negative or larger number, a string) raises InvalidArgument
-    naming what, where ctypes and numpy would wrap it around silently. A 0-d
-    integer array counts as its number."""
+I32 = (-2**31, 2**31 - 1)
+I64 = (-2**63, 2**63 - 1)
+
+
+def integer(what, v, lo=0, hi=U64_MAX):
+    """v as an int from lo to hi (None: no bound), or InvalidArgument naming
+    what: a float, a bool, a string or a number out of range is refused, where
+    ctypes and numpy would wrap it around silently. The bounds a caller gives
+    are those of the C type it passes v as, or of Python's own checks; gear
+    checks its own limits behind them. A 0-d integer array counts as its
+    number."""
     if isinstance(v, np.ndarray) and v.ndim == 0 and v.dtype.kind in "iu":
         v = v.item()
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 0 <= v <= hi:
-        bound = "2**64-1" if hi == U64_MAX else "2**63-1" if hi == 2**63 - 1 else str(hi)
-        raise InvalidArgument(f"gear: {what} {v!r}: want an integer from 0 to {bound}")
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or \
+            (lo is not None and v < lo) or (hi is not None and v > hi):
+        span = "2**64-1" if hi == U64_MAX else str(hi)
+        want = f"from {lo} to {span}" if hi is not None else f">= {lo}"
+        raise InvalidArgument(f"gear: {what} {v!r}: want an integer {want}")
     return int(v)
 
 
@@ -62,7 +70,7 @@ def u64s(what, vs):
         if isinstance(vs, np.ndarray):
             raise InvalidArgument(f"gear: {what}: dtype {a.dtype}, want integers from 0 to 2**64-1")
         # Python numbers that numpy made floats or objects (ints past int64).
-        return np.array([u64(what, v) for v in np.asarray(vs, dtype=object).reshape(-1)], np.uint64)
+        return np.array([integer(what, v) for v in np.asarray(vs, dtype=object).reshape(-1)], np.uint64)
     if a.dtype.kind == "i" and a.size and a.min() < 0:
         raise InvalidArgument(f"gear: {what} {int(a.min())}: want an integer from 0 to 2**64-1")
     return np.ascontiguousarray(a, np.uint64)

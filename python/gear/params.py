@@ -14,9 +14,7 @@ class Publisher:
 
     def __init__(self, world, name, n, timeout=None):
         b, bn = _lib.cstr(name)
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise _lib.InvalidArgument(f"gear: Publisher: n {n!r}: want the number of float32 parameters")
-        self.n = n = int(n)
+        self.n = n = _lib.integer("Publisher: n", n, *_lib.I64)  # its range is the service's to check
         self._h = _lib.run_op(lambda out: lib.gear_param_publisher(world._handle(), b, bn, n, out), timeout, "publisher")
 
     def publish(self, version, params, timeout=None):
@@ -27,7 +25,7 @@ class Publisher:
         a = np.ascontiguousarray(params, np.float32).reshape(-1)
         if a.size != self.n:
             raise ValueError(f"gear: publish: {a.size} parameters, want {self.n}")
-        version = _lib.u64("publish: version", version, hi=2**63 - 1)
+        version = _lib.integer("publish: version", version)
         h = self._handle()
         _lib.run_op(lambda out: lib.gear_param_publish(h, version, a.ctypes.data, a.size, out), timeout, "publish")
 
@@ -65,7 +63,7 @@ class Reader:
         """Take the newest version (waiting up to timeout seconds for one of at
         least min_version) into self.params; returns its version (0: none
         published yet)."""
-        min_version = _lib.u64("read: min_version", min_version, hi=2**63 - 1)
+        min_version = _lib.integer("read: min_version", min_version)
         if self._h is None:
             raise _lib.Closed("gear: parameter reader closed")
         h = self._h

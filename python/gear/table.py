@@ -210,11 +210,11 @@ class Pending:
 
     def commit(self, priority=1.0, key=None):
         """Commit the row with priority and key (None: its insertion sequence,
-        which is returned). A NaN priority or a key outside 0 to 2**64-1
-        raises InvalidArgument, and the row stays pending."""
+        which is returned). A priority gear refuses (NaN) or a key outside 0
+        to 2**64-1 raises InvalidArgument, and the row stays pending."""
         row = self._row("commit")
         priority = _priority(priority)
-        k = 0 if key is None else _lib.u64("commit: key", key)
+        k = 0 if key is None else _lib.integer("commit: key", key)
         seq = ctypes.c_uint64()
         _lib.check(lib.gear_shard_commit(self._shard._handle(), row, key is not None, k, priority, ctypes.byref(seq)))
         self.row = None
@@ -244,14 +244,12 @@ class Pending:
 
 
 def _priority(p):
-    """p as a float, or InvalidArgument: NaN orders nothing."""
+    """p as a float, or InvalidArgument. Which numbers gear takes (not NaN;
+    for the owner also what its selectors take) is libgear's to check."""
     try:
-        f = float(p)
+        return float(p)
     except (TypeError, ValueError):
         raise _lib.InvalidArgument(f"gear: priority {p!r}: want a number") from None
-    if f != f:
-        raise _lib.InvalidArgument("gear: priority is NaN")
-    return f
 
 
 class _Shard:
@@ -345,7 +343,7 @@ class _Shard:
                     self._staged_prio = priority  # immutable: the next call may compare with it
             st = self._put_staged(h)
         else:
-            st = self._put(h, 0, 1, _lib.u64("insert: key", key), _priority(priority), None)
+            st = self._put(h, 0, 1, _lib.integer("insert: key", key), _priority(priority), None)
         if st:  # not _lib.OK (0)
             self._put_slow(st, priority, key, timeout)
 
@@ -559,8 +557,8 @@ class Table(_Shard):
         admitted).
         """
         if _handle is None:
-            seed = _lib.u64("Table: seed", seed)
-            extra_rows = _count("Table: extra_rows", extra_rows)
+            seed = _lib.integer("Table: seed", seed)
+            extra_rows = _lib.integer("Table: extra_rows", extra_rows, 0, _lib.I64[1])
             spec = _spec_text(spec, table)
             segment = segment or _default_segment(spec)
             s, sn = _lib.cstr(spec)
@@ -575,8 +573,8 @@ class Table(_Shard):
     def restore(cls, path, spec=None, segment=None, seed=0, extra_rows=1024, timeout=None, **table):
         """Make a table from the checkpoint at path (written by checkpoint),
         with the layout spec describes."""
-        seed = _lib.u64("Table.restore: seed", seed)
-        extra_rows = _count("Table.restore: extra_rows", extra_rows)
+        seed = _lib.integer("Table.restore: seed", seed)
+        extra_rows = _lib.integer("Table.restore: extra_rows", extra_rows, 0, _lib.I64[1])
         spec = _spec_text(spec, table)
         segment = segment or _default_segment(spec)
         s, sn = _lib.cstr(spec)
@@ -592,8 +590,7 @@ class Table(_Shard):
         Returns a Sample; see its doc for copy. out, a Sample an earlier call
         returned for the same n and columns, is refilled instead of a new one
         (its arrays are overwritten: the fast path for a training loop)."""
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise _lib.InvalidArgument(f"gear: sample: n {n!r}: want a whole number >= 1")
+        n = _lib.integer("sample: n", n, 1, _lib.I64[1])
         if out is not None and not isinstance(out, Sample):
             raise _lib.InvalidArgument(f"gear: sample: out {out!r}: want a Sample this table returned")
         if out is not None and out._shard is not self:
@@ -674,12 +671,6 @@ class Table(_Shard):
         p, pn = _lib.cstr(os.fspath(path))
         h = self._handle()
         _lib.run_op(lambda out: lib.gear_table_checkpoint(h, p, pn, out), timeout, "checkpoint")
-
-
-def _count(what, v):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-        raise _lib.InvalidArgument(f"gear: {what} {v!r}: want a whole number >= 0")
-    return int(v)
 
 
 def _spec_text(spec, table):

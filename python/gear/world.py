@@ -54,9 +54,7 @@ class World:
     def broadcast(self, buf, root=0, timeout=None):
         """Overwrite buf on every rank with root's buf; returns buf."""
         a = _array(buf, "broadcast")
-        if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < self.size:
-            # Checked here: a collective that fails fails the communicator.
-            raise _lib.InvalidArgument(f"gear: broadcast: root {root!r}: want a rank from 0 to {self.size - 1}")
+        root = _lib.integer("broadcast: root", root, *_lib.I32)  # gear_broadcast checks the world's ranks
         _lib.run_op(lambda out: lib.gear_broadcast(self._handle(), a.ctypes.data, a.size, _DTYPES[a.dtype], root, out),
                     timeout, "broadcast")
         return buf

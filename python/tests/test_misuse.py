@@ -230,16 +230,15 @@ def test_priority_exponent_zero_is_kept(gear, make_table):
 def test_writer_waits_for_its_table():
     # An actor may start before its learner has made the table.
     out = run_alone("""
-        import subprocess, time
+        import subprocess
         seg = f"gear.pytest-{uuid.uuid4().hex[:12]}.t"
         code = (f"import sys; sys.path.insert(0, {sys.path[0]!r}); import gear, time; time.sleep(0.5); "
                 f"t = gear.Table(name='t', capacity=4, columns=[{{'name': 'x', 'dtype': 'float32'}}], segment={seg!r}); "
                 "t.wait_admitted(10); print(len(t), flush=True); time.sleep(30)")
         owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
         try:
-            t0 = time.monotonic()
+            print(os.path.exists("/dev/shm/" + seg))  # not made yet: the owner sleeps first
             w = gear.Writer(seg, timeout=20)
-            print(time.monotonic() - t0 > 0.3)
             w.insert(x=1.5)
             w.close()
         finally:
@@ -248,20 +247,19 @@ def test_writer_waits_for_its_table():
             if os.path.exists("/dev/shm/" + seg):
                 os.unlink("/dev/shm/" + seg)
     """)
-    assert out.split() == ["True"]
+    assert out.split() == ["False"]
 
 
 def test_ctrl_c_during_writer_attach():
     out = run_alone("""
-        import signal, threading, time
+        import signal, threading
         threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
-        t0 = time.monotonic()
         try:
-            gear.Writer("gear.pytest-never-made", timeout=None)
+            gear.Writer("gear.pytest-never-made", timeout=None)  # without the interrupt: no end
         except KeyboardInterrupt:
-            print("interrupted", time.monotonic() - t0 < 2)
+            print("interrupted")
     """)
-    assert out.split() == ["interrupted", "True"]
+    assert out.split() == ["interrupted"]
 
 
 def test_bad_arguments_are_invalid_arguments(gear, make_table):
@@ -437,10 +435,10 @@ def test_zero_d_keys_and_version_bounds(gear, make_table):
     try:
         pub = gear.Publisher(w, "pytest-bounds", 1, timeout=30)
         rd = gear.Reader(w, "pytest-bounds", timeout=30)
-        with pytest.raises(gear.InvalidArgument, match="2\\*\\*63-1"):
+        with pytest.raises(gear.InvalidArgument, match="above 2\\^63-1"):
             pub.publish(2**63, np.zeros(1, np.float32))
-        with pytest.raises(gear.InvalidArgument, match="min_version"):
-            rd.read(min_version=2**64 - 1, timeout=0.1)
+        with pytest.raises(gear.InvalidArgument, match="at most 2\\^63-1"):
+            rd.read(min_version=2**64 - 1, timeout=10)  # refused, not waited for
         pub.publish(2**63 - 1, np.ones(1, np.float32))
         assert rd.read(min_version=2**63 - 1, timeout=10) == 2**63 - 1
         rd.close()
