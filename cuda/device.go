@@ -272,16 +272,21 @@ func (dev *Device) UnregisterHost(b []byte) error {
 	return dev.call("cuMemHostUnregister", dev.drv.fn.cuMemHostUnregister, uintptr(unsafe.Pointer(unsafe.SliceData(b))))
 }
 
-// CopyHtoD copies src to device memory at dst and returns when src may be reused.
-// From pinned memory the copy is then done; from pageable memory the driver may
-// still be moving its staged copy to the device, so the copy is ordered before
-// later work on the default stream only: synchronize the device before reading
-// dst from another stream.
+// CopyHtoD copies src to device memory at dst and returns when the copy is
+// done on the device: work enqueued afterwards on any stream sees it. From
+// pageable memory cuMemcpyHtoD returns once the driver has staged src, while
+// its DMA may still be under way on the legacy default stream, which the
+// streams of NewStream do not wait for (on an H200 a gather kernel ran before
+// a fill copied this way and was overwritten by it); CopyHtoD then waits for
+// that stream.
 func (dev *Device) CopyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return dev.call("cuMemcpyHtoD_v2", dev.drv.fn.cuMemcpyHtoD, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src)))
+	if err := dev.call("cuMemcpyHtoD_v2", dev.drv.fn.cuMemcpyHtoD, uintptr(dst), uintptr(unsafe.Pointer(unsafe.SliceData(src))), uintptr(len(src))); err != nil {
+		return err
+	}
+	return dev.call("cuStreamSynchronize", dev.drv.fn.cuStreamSynchronize, 0)
 }
 
 // CopyDtoH copies len(dst) bytes from device memory at src and returns when the

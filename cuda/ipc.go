@@ -56,8 +56,10 @@ func (dev *Device) IPCHandle(p DevicePtr) (IPCHandle, error) {
 
 // OpenIPC maps the device memory another process exported with IPCHandle
 // into this device's context (cuIpcOpenMemHandle_v2) and returns its address
-// here. A handle cannot be opened in the process that made it. CloseIPC
-// unmaps it, before the device is closed.
+// here. A handle cannot be opened in the process that made it. Opened again
+// in a process that has it open, it gives the same mapping one more reference:
+// each OpenIPC needs its CloseIPC, and the last one unmaps it, before the
+// device is closed.
 func (dev *Device) OpenIPC(h IPCHandle) (DevicePtr, error) {
 	open, err := dev.drv.ipcOpen()
 	if err != nil {

@@ -125,6 +125,51 @@ func TestGatherMatchesCPU(t *testing.T) {
 				}
 			})
 		}
+		// Calls back to back on two streams, with no wait between them: each
+		// kernel reads its indices from a stage while the next call stages
+		// its own, and must still read its own.
+		t.Run("back to back", func(t *testing.T) {
+			spec := cuda.GatherSpec{BlockBytes: 4096, Capacity: 64}
+			table, tdev := mapTable(t, dev, spec.Capacity*spec.BlockBytes, 99)
+			s2, err := dev.NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.DestroyStream(s2)
+			const calls, rows = 6, 48
+			var wants [][]byte
+			var dsts []cuda.DevicePtr
+			for k := range calls {
+				idx := make([]int64, rows)
+				for i := range idx {
+					idx[i] = int64((i*7 + k*13) % spec.Capacity)
+				}
+				want := make([]byte, rows*spec.BlockBytes)
+				if err := cuda.GatherCPU(want, table, idx, nil, spec); err != nil {
+					t.Fatal(err)
+				}
+				dst := cudatest.ToDevice(t, dev, make([]byte, len(want)))
+				st := []cuda.Stream{s, s2}[k%2]
+				if err := g.Gather(ctx, st, dst, tdev, idx, nil, spec); err != nil {
+					t.Fatal(err)
+				}
+				wants, dsts = append(wants, want), append(dsts, dst)
+			}
+			for _, st := range []cuda.Stream{s, s2} {
+				if err := dev.StreamSynchronize(ctx, st); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for k, want := range wants {
+				got := make([]byte, len(want))
+				if err := dev.CopyDtoH(got, dsts[k]); err != nil {
+					t.Fatal(err)
+				}
+				if i := firstDiff(got, want); i >= 0 {
+					t.Fatalf("call %d: row %d byte %d: got %#x, want %#x", k, i/spec.BlockBytes, i%spec.BlockBytes, got[i], want[i])
+				}
+			}
+		})
 	})
 }
 

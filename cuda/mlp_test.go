@@ -149,11 +149,14 @@ func TestTDTwin(t *testing.T) {
 		}
 		sameBits64(t, "stats", fromDev[float64](t, dev, dstats, 4), stats[:])
 
-		// Priorities back into the sampling weights.
+		// Priorities back into the sampling weights. The kernel's contract:
+		// an index drawn twice is one item, with one priority. Two different
+		// priorities for one index race on the GPU (and on the fake, which
+		// runs threads last first), so the indices are distinct but one.
 		weights := randF32(rng, 1000, 0)
 		idx := make([]int64, td.N)
-		for i := range idx {
-			idx[i] = int64(rng.IntN(len(weights)))
+		for i, p := range rng.Perm(len(weights))[:td.N] {
+			idx[i] = int64(p)
 		}
 		idx[1] = idx[0] // an item drawn twice: the same priority
 		copy(item[cuda.TDItemWords*1:cuda.TDItemWords*2], item[0:cuda.TDItemWords])

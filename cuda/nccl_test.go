@@ -504,6 +504,8 @@ func TestNCCLOnGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	v := n.Version() // NCCL_VERSION_CODE: major*10000 + minor*100 + patch
+	t.Logf("NCCL version %d.%d.%d (%s)", v/10000, v/100%100, v%100, n.Path())
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id, err := n.NewUniqueID()

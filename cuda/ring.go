@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // A Ring carries fixed-size slots of experience from one producer process to
@@ -73,6 +72,7 @@ type ringEnd struct {
 	st    Stream
 	word  []byte // pinned, 8 bytes
 	count uint64 // this end's counter
+	seen  uint64 // the other end's counter when last read
 }
 
 func (e *ringEnd) open(dev *Device, spec RingSpec) error {
@@ -103,31 +103,38 @@ func (e *ringEnd) read(off int) (uint64, error) {
 	return binary.LittleEndian.Uint64(e.word), nil
 }
 
-func (e *ringEnd) write(off int, v uint64) error {
+// publish enqueues the write of this end's counter (at off) after the copies
+// already on the end's stream, which runs them in order, and waits for all of
+// them: one synchronization for a Put or a Take.
+func (e *ringEnd) publish(off int, v uint64) error {
 	binary.LittleEndian.PutUint64(e.word, v)
-	return e.dev.CopyHtoD(e.mem.Add(off), e.word)
-}
-
-// wait polls the other end's counter at off until ready(v) holds.
-func (e *ringEnd) wait(ctx context.Context, off int, ready func(uint64) bool) (uint64, error) {
-	pause := time.Microsecond
-	for {
-		v, err := e.read(off)
-		if err != nil || ready(v) {
-			return v, err
-		}
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 200*time.Microsecond)
+	if err := e.dev.CopyHtoDAsync(e.mem.Add(off), e.word, e.st); err != nil {
+		return err
 	}
+	return e.dev.StreamSynchronize(context.Background(), e.st)
 }
 
-// slots copies n slots between the ring (starting at slot index first,
-// wrapping) and linear memory at lin, on the end's stream: into the ring
-// when in is set.
+// wait returns the other end's counter (at off) once ready(v) holds. The
+// counter only grows, so the value last read answers while it is ready;
+// otherwise it polls the device (spinning, then sleeping: poll).
+func (e *ringEnd) wait(ctx context.Context, off int, ready func(uint64) bool) (uint64, error) {
+	if ready(e.seen) {
+		return e.seen, nil
+	}
+	err := poll(ctx, nil, func() (bool, error) {
+		v, err := e.read(off)
+		if err != nil {
+			return false, err
+		}
+		e.seen = v
+		return ready(v), nil
+	})
+	return e.seen, err
+}
+
+// slots enqueues the copies of n slots between the ring (starting at slot
+// index first, wrapping) and linear memory at lin on the end's stream: into
+// the ring when in is set. publish waits for them.
 func (e *ringEnd) slots(lin DevicePtr, first uint64, n int, in bool) error {
 	sb := e.spec.SlotBytes
 	for n > 0 {
@@ -143,7 +150,7 @@ func (e *ringEnd) slots(lin DevicePtr, first uint64, n int, in bool) error {
 		}
 		lin, first, n = lin.Add(k*sb), first+uint64(k), n-k
 	}
-	return e.dev.StreamSynchronize(context.Background(), e.st)
+	return nil
 }
 
 // RingConsumer is the consumer's end: it owns the ring's memory.
@@ -195,7 +202,7 @@ func (r *RingConsumer) Take(ctx context.Context, dst DevicePtr, max int) (int, e
 		return 0, err
 	}
 	r.count += uint64(n)
-	return n, r.write(0, r.count)
+	return n, r.publish(0, r.count)
 }
 
 // Close frees the ring. Its producer must have closed first.
@@ -230,6 +237,9 @@ func (dev *Device) OpenRing(h RingHandle) (*RingProducer, error) {
 	if p.count, err = p.read(64); err != nil {
 		return nil, errors.Join(err, p.Close())
 	}
+	if p.seen, err = p.read(0); err != nil {
+		return nil, errors.Join(err, p.Close())
+	}
 	return p, nil
 }
 
@@ -247,7 +257,7 @@ func (p *RingProducer) Put(ctx context.Context, src DevicePtr, n int) error {
 			return err
 		}
 		p.count += uint64(k)
-		if err := p.write(64, p.count); err != nil {
+		if err := p.publish(64, p.count); err != nil {
 			return err
 		}
 		src, n = src.Add(k*p.spec.SlotBytes), n-k

@@ -10,25 +10,26 @@ import (
 	"github.com/gear-rl/gear/store"
 )
 
-// pinRow pins local row idx for reading: a table item is pinned in the shard; a
-// row held by a batch is pinned already. done unpins what pinRow pinned.
-// v is the pinned row, for its blocks and its reference.
-func (st *ShardTable) pinRow(idx int) (v store.View, done func(), err error) {
+// pinRow pins local row idx for reading: a table item is pinned in the shard
+// (own: the caller calls v.Done); a row held by a batch is pinned already (the
+// batch's View, not the caller's to end). v is the pinned row, for its blocks
+// and its reference.
+func (st *ShardTable) pinRow(idx int) (v store.View, own bool, err error) {
 	if idx < 0 || idx >= st.shard.Capacity() {
-		return store.View{}, nil, fmt.Errorf("sample: table %q: index %d out of range [0, %d)", st.t.name, idx, st.shard.Capacity())
+		return store.View{}, false, fmt.Errorf("sample: table %q: index %d out of range [0, %d)", st.t.name, idx, st.shard.Capacity())
 	}
 	if it, ok := st.t.itemAt(idx); ok {
 		if v, err := st.shard.Read(store.Ref{Index: idx, Seq: it.Seq}); err == nil {
-			return v, v.Done, nil
+			return v, true, nil
 		}
 	}
 	st.mu.Lock()
 	v, ok := st.held[int32(idx)]
 	st.mu.Unlock()
 	if !ok {
-		return store.View{}, nil, fmt.Errorf("sample: table %q: index %d holds no item: %w", st.t.name, idx, ErrEvicted)
+		return store.View{}, false, fmt.Errorf("sample: table %q: index %d holds no item: %w", st.t.name, idx, ErrEvicted)
 	}
-	return v, func() {}, nil
+	return v, false, nil
 }
 
 // Collect is a collective call: every rank passes its own indices (global, as in
@@ -336,19 +337,23 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 	}
 	status := make([]byte, len(asked)*width(theyRead))
 	blocks := make([]func(int) []byte, len(asked))
-	dones := make([]func(), 0, len(asked))
+	views := make([]store.View, 0, len(asked)) // the rows pinned here, to unpin
+	nRead := 0
 	defer func() {
-		for _, done := range dones {
-			done()
+		for _, v := range views {
+			v.Done()
 		}
 	}()
 	for i, r := range asked {
-		v, done, err := d.st.pinRow(int(r))
+		v, own, err := d.st.pinRow(int(r))
 		if err != nil {
 			continue
 		}
 		blocks[i] = v.Block
-		dones = append(dones, done)
+		nRead++
+		if own {
+			views = append(views, v)
+		}
 		if theyRead {
 			binary.LittleEndian.PutUint64(status[8*i:], v.Ref().Seq+1)
 		} else {
@@ -397,7 +402,7 @@ func (d *DistTable) swapRows(ctx context.Context, peer int, asked []int64, posit
 		// Small rows: one message per column, the rows packed in order.
 		ok, okIn := 0, 0
 		if sendData {
-			ok = len(dones)
+			ok = nRead
 		}
 		if recvData {
 			for _, st := range got {

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"unsafe"
 
 	"github.com/gear-rl/gear/cuda"
+	"github.com/gear-rl/gear/store"
 )
 
 // This file holds collection into device memory: a shard table's column tables
@@ -44,10 +46,10 @@ type deviceTables struct {
 	idx     cuda.DevicePtr
 	idxCap  int // int64s that stage and idx hold
 	rows    cuda.DevicePtr
-	rowsCap int        // bytes: rows staged by a distributed collection
-	done    cuda.Event // recorded after a collection's last work
-	pending bool       // done was recorded and may not have passed
-	pins    []func()   // unpin the rows read by the work before done
+	rowsCap int          // bytes: rows staged by a distributed collection
+	done    cuda.Event   // recorded after a collection's last work
+	pending bool         // done was recorded and may not have passed
+	pins    []store.View // the rows read by the work before done, pinned here
 	closed  bool
 }
 
@@ -211,10 +213,18 @@ func (g *deviceTables) abandon(ctx context.Context, s cuda.Stream, cause error) 
 	return cause
 }
 
-func (g *deviceTables) unpin() {
-	for _, done := range g.pins {
-		done()
+// pin keeps v, from pinRow, until unpin (own: pinRow pinned it).
+func (g *deviceTables) pin(v store.View, own bool) {
+	if own {
+		g.pins = append(g.pins, v)
 	}
+}
+
+func (g *deviceTables) unpin() {
+	for _, v := range g.pins {
+		v.Done()
+	}
+	clear(g.pins)
 	g.pins = g.pins[:0]
 }
 
@@ -370,34 +380,67 @@ func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cu
 	if len(indices) == 0 {
 		return nil
 	}
-	rows := make([]int64, len(indices))
-	for k, idx := range indices {
-		_, done, err := st.pinRow(idx)
-		if err != nil {
-			g.unpin()
-			return fmt.Errorf("%w (collect on device)", err)
-		}
-		g.pins = append(g.pins, done)
-		rows[k] = int64(idx)
+	if err := g.reserve(len(indices), 0); err != nil {
+		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
 	}
 	fail := func(err error) error {
 		return g.abandon(ctx, s, fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err))
 	}
-	if err := g.reserve(len(rows), 0); err != nil {
-		g.unpin()
-		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
+	// The rows go in runs (collectRuns): the device gathers a run while the
+	// host pins the next, so that only the first run's pins come before the
+	// bus is busy. The indices go up in one copy first; a run's kernel reads
+	// its own once its rows are pinned.
+	rows := make([]int64, len(indices))
+	for k, idx := range indices {
+		rows[k] = int64(idx)
 	}
 	devIdx, err := g.upload(s, 0, rows)
 	if err != nil {
 		return fail(err)
 	}
-	for i, p := range plans {
-		if err := st.gatherFromShard(g, s, dst[i], p, devIdx, len(rows), true); err != nil {
-			return fail(err)
+	rowBytes := 0
+	for _, p := range plans {
+		rowBytes += p.itemBytes()
+	}
+	for start, n := range collectRuns(len(indices), rowBytes) {
+		for _, idx := range indices[start : start+n] {
+			v, own, err := st.pinRow(idx)
+			if err != nil {
+				return g.abandon(ctx, s, fmt.Errorf("%w (collect on device)", err))
+			}
+			g.pin(v, own)
+		}
+		for i, p := range plans {
+			if err := st.gatherFromShard(g, s, dst[i].Add(start*p.itemBytes()), p, devIdx.Add(8*start), n, true); err != nil {
+				return fail(err)
+			}
 		}
 	}
 	if err := g.finish(ctx, s); err != nil {
 		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
 	}
 	return nil
+}
+
+// collectRun is the bytes of the first run of rows a device collection
+// gathers (at least collectRunRows rows); each later run is twice the last,
+// so that a batch takes few launches and one of small rows takes one.
+const (
+	collectRun     = 1 << 20
+	collectRunRows = 32
+)
+
+// collectRuns yields the runs (first row, rows) of a collection of n rows of
+// rowBytes each.
+func collectRuns(n, rowBytes int) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		run := max(collectRunRows, collectRun/max(rowBytes, 1))
+		for start := 0; start < n; {
+			k := min(run, n-start)
+			if !yield(start, k) {
+				return
+			}
+			start, run = start+k, 2*run
+		}
+	}
 }

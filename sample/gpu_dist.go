@@ -174,14 +174,14 @@ func (x *deviceExchange) run(ctx context.Context, dst []cuda.DevicePtr) error {
 	local := make([]int64, len(mine))
 	for i, k := range mine {
 		row := x.indices[k] % d.capacity
-		_, done, err := d.st.pinRow(row)
+		v, own, err := d.st.pinRow(row)
 		if err != nil {
 			if x.localErr == nil {
 				x.localErr = fmt.Errorf("%w (collect on device)", err)
 			}
 			continue
 		}
-		g.pins = append(g.pins, done)
+		g.pin(v, own)
 		local[i] = int64(row)
 		x.perm[k] = int64(i)
 	}
@@ -299,11 +299,11 @@ func (x *deviceExchange) serve(asked []int64, status []byte) (int, error) {
 	d, g := x.d, x.g
 	rows := make([]int64, 0, len(asked))
 	for i, r := range asked {
-		_, done, err := d.st.pinRow(int(r))
+		v, own, err := d.st.pinRow(int(r))
 		if err != nil {
 			continue
 		}
-		g.pins = append(g.pins, done)
+		g.pin(v, own)
 		status[i] = 1
 		rows = append(rows, r)
 	}

@@ -310,7 +310,56 @@ func TestCollectDeviceLargeRows(t *testing.T) {
 		if held := st.Info().Held; held != 0 {
 			t.Fatalf("%d rows held after Release", held)
 		}
+		// The rows go to the device in runs; an index of a later run that
+		// holds no item fails the collection after earlier runs were
+		// launched, and leaves no row pinned.
+		live := st.Items(nil)
+		bad := make([]int, 0, 40)
+		for len(bad) < 39 {
+			bad = append(bad, live[len(bad)%len(live)].Index)
+		}
+		free := -1
+		for i := range sh.Capacity() {
+			if !slices.ContainsFunc(live, func(it Item) bool { return it.Index == i }) {
+				free = i
+				break
+			}
+		}
+		bad = append(bad, free)
+		sizes, _ := st.ItemBytes(cols, Window{})
+		dst := devBuffers(t, dev, []int{sizes[0] * len(bad), sizes[1] * len(bad)})
+		if err := st.CollectDevice(ctx, s, dst, bad, cols, Window{}); err == nil || !strings.Contains(err.Error(), "holds no item") {
+			t.Fatalf("collecting a free row after %d others: %v", len(bad)-1, err)
+		}
+		if p := sh.Stats().Pinned; p != 0 {
+			t.Fatalf("%d rows pinned after a failed collection", p)
+		}
+		if err := st.CollectDevice(ctx, s, dst, bad[:len(bad)-1], cols, Window{}); err != nil {
+			t.Fatalf("collecting after a failed collection: %v", err)
+		}
 	})
+}
+
+func TestCollectRuns(t *testing.T) {
+	for _, c := range []struct {
+		n, rowBytes int
+		want        [][2]int
+	}{
+		{0, 64 << 10, nil},
+		{10, 64 << 10, [][2]int{{0, 10}}},
+		{256, 64 << 10, [][2]int{{0, 32}, {32, 64}, {96, 128}, {224, 32}}},
+		{256, 400, [][2]int{{0, 256}}},
+		{5000, 400, [][2]int{{0, 2621}, {2621, 2379}}},
+		{3, 0, [][2]int{{0, 3}}},
+	} {
+		var got [][2]int
+		for start, k := range collectRuns(c.n, c.rowBytes) {
+			got = append(got, [2]int{start, k})
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("collectRuns(%d, %d) = %v, want %v", c.n, c.rowBytes, got, c.want)
+		}
+	}
 }
 
 func TestCollectDeviceErrors(t *testing.T) {

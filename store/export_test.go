@@ -20,3 +20,17 @@ func Evict(s *Shard, want int) (rows []uint32, idleUntil time.Time) {
 	defer s.ev.mu.Unlock()
 	return rows, s.ev.idleUntil
 }
+
+// PinEntries is how many Views of one handle the pin journal records.
+const PinEntries = pinEntries
+
+// Journal returns how many entries of s's slot in the pin journal hold a row,
+// and how many s counts as recorded.
+func Journal(s *Shard) (entries, held int) {
+	for e := range pinEntries {
+		if s.pins.word(s.slot, e).Load() != 0 {
+			entries++
+		}
+	}
+	return entries, int(s.pins.held.Load())
+}

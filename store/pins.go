@@ -27,6 +27,7 @@ type pinJournal struct {
 	base unsafe.Pointer // maxSlots x pinEntries words
 	tag  uint64         // this handle's tag, in the high 32 bits
 	next atomic.Uint32  // where record looks for a free entry first
+	held atomic.Int32   // entries this handle has recorded and not forgotten
 }
 
 func (j *pinJournal) word(slot, e int) *atomic.Uint64 {
@@ -45,16 +46,19 @@ func (j *pinJournal) start(ident uint64) { j.tag = pinTag(ident) }
 // journal and returns the entry + 1, or 0 when every entry is taken. Only
 // this handle writes its slot's entries (and a reclaimer, once the process
 // is dead), so a free entry is found by compare-and-swap from a rotating
-// start, without a lock.
+// start, without a lock. A full journal returns at once: a handle holding
+// more Views than entries (a batch of 1024 rows collected onto a GPU) would
+// otherwise scan every entry for each View past the first pinEntries.
 func (j *pinJournal) record(slot int, i uint32) int32 {
-	if slot >= pinSlots {
+	if slot >= pinSlots || j.held.Load() >= pinEntries {
 		return 0
 	}
 	v := j.tag | uint64(i) + 1
 	first := int(j.next.Add(1))
 	for k := range pinEntries {
 		e := (first + k) & (pinEntries - 1)
-		if j.word(slot, e).CompareAndSwap(0, v) {
+		if w := j.word(slot, e); w.Load() == 0 && w.CompareAndSwap(0, v) {
+			j.held.Add(1)
 			return int32(e) + 1
 		}
 	}
@@ -65,6 +69,7 @@ func (j *pinJournal) record(slot int, i uint32) int32 {
 func (j *pinJournal) forget(slot int, entry int32) {
 	if entry != 0 {
 		j.word(slot, int(entry-1)).Store(0)
+		j.held.Add(-1)
 	}
 }
 

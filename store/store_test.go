@@ -721,3 +721,42 @@ func TestBadSegmentNames(t *testing.T) {
 		}
 	}
 }
+
+// A handle holding more Views than its pin journal has entries records the
+// first PinEntries (those a reclaimer can give back) and no more; once they
+// are done, the journal records Views again.
+func TestPinJournalFillsAndEmpties(t *testing.T) {
+	s := storetest.Create(t, storetest.Spec(2), store.WithSpec(storetest.Spec(2)))
+	ref := insert(t, s, 1, 1)
+	read := func(n int) []store.View {
+		vs := make([]store.View, n)
+		for i := range vs {
+			v, err := s.Read(ref)
+			if err != nil {
+				t.Fatalf("view %d: %v", i, err)
+			}
+			vs[i] = v
+		}
+		return vs
+	}
+	vs := read(store.PinEntries + 100)
+	if e, h := store.Journal(s); e != store.PinEntries || h != store.PinEntries {
+		t.Fatalf("%d views: %d entries, %d held, want %d", len(vs), e, h, store.PinEntries)
+	}
+	for _, v := range vs {
+		v.Done()
+	}
+	if e, h := store.Journal(s); e != 0 || h != 0 {
+		t.Fatalf("after Done: %d entries, %d held, want none", e, h)
+	}
+	vs = read(10)
+	if e, h := store.Journal(s); e != 10 || h != 10 {
+		t.Fatalf("10 views: %d entries, %d held", e, h)
+	}
+	for _, v := range vs {
+		v.Done()
+	}
+	if st := s.Stats(); st.Free != 1 {
+		t.Fatalf("stats %+v: the row is still pinned", st)
+	}
+}

@@ -214,10 +214,13 @@ bool run_block(const dim3& bdim) {
     g_warp_live[f.warp]++;
     init_fiber(f);
   }
+  // Threads run last first, and blocks too (run_grid): a GPU runs them in no
+  // set order, and a kernel whose result depends on the order (two threads
+  // writing one word) then gives another result here than its twin.
   int remaining = n;
   while (remaining > 0) {
     bool ran = false;
-    for (int i = 0; i < n; i++) {
+    for (int i = n - 1; i >= 0; i--) {
       Fiber& f = g_fibers[i];
       if (f.done || f.wait != 0) continue;
       run_fiber(&f);
@@ -235,9 +238,9 @@ bool run_grid(void (*thunk)(void**), void** params, dim3 grid, dim3 block) {
   g_params = params;
   emu_gridDim = grid;
   emu_blockDim = block;
-  for (unsigned z = 0; z < grid.z; z++) {
-    for (unsigned y = 0; y < grid.y; y++) {
-      for (unsigned x = 0; x < grid.x; x++) {
+  for (unsigned z = grid.z; z-- > 0;) {
+    for (unsigned y = grid.y; y-- > 0;) {
+      for (unsigned x = grid.x; x-- > 0;) {
         emu_blockIdx = dim3{x, y, z};
         if (!run_block(block)) return false;
       }
@@ -407,6 +410,30 @@ std::map<uintptr_t, Region> g_dev;   // device allocations
 std::map<uintptr_t, Region> g_host;  // cuMemHostAlloc / cuMemAllocHost
 std::map<uintptr_t, Region> g_reg;   // cuMemHostRegister
 std::map<uintptr_t, Region> g_ipc;   // cuIpcOpenMemHandle: another process's device memory
+std::map<uintptr_t, int> g_ipc_refs; // the opens of each g_ipc mapping not yet closed
+
+// A synchronous copy from pageable host memory to the device returns once the
+// driver has staged the source, before its DMA reaches the device ("the DMA to
+// final destination may not have completed"): work on a non-blocking stream
+// can run before it lands (an H200 gathered rows that a fill copied before it
+// then overwrote). The fake keeps such copies in the legacy default stream and
+// lands them only where that stream is synchronized or used again (land_legacy),
+// so that a program that relies on them having landed fails here too.
+struct PendingCopy {
+  uintptr_t dst;
+  std::vector<unsigned char> data;
+};
+std::vector<PendingCopy> g_legacy;
+
+// land_legacy completes the legacy stream's pending copies (g_mu held).
+void land_legacy() {
+  for (auto& c : g_legacy) memmove((void*)c.dst, c.data.data(), c.data.size());
+  g_legacy.clear();
+}
+
+// legacy tells whether s names the legacy default stream (0 or CU_STREAM_LEGACY).
+bool legacy(uintptr_t s) { return s == 0 || s == 1; }
+
 std::map<uintptr_t, Module*> g_modules;
 std::map<uintptr_t, Function*> g_functions;
 std::map<uintptr_t, Stream*> g_streams;
@@ -496,10 +523,12 @@ CUresult context_status() {
 
 // reclaim destroys everything that belongs to c (its last reference is gone).
 void reclaim(Context* c) {
+  land_legacy();
   for (auto* m : {&g_dev, &g_host, &g_ipc}) {
     for (auto it = m->begin(); it != m->end();) {
       if (it->second.ctx == c) {
         release_region(it->first, it->second, m != &g_host);
+        if (m == &g_ipc) g_ipc_refs.erase(it->first);
         it = m->erase(it);
         g_reclaimed++;
       } else {
@@ -566,7 +595,7 @@ bool device_range(uintptr_t p, size_t n) {
 }
 
 Stream* stream_of(uintptr_t s) {
-  if (s == 0) return &g_default_stream;
+  if (legacy(s)) return &g_default_stream;
   auto it = g_streams.find(s);
   return it == g_streams.end() ? nullptr : it->second;
 }
@@ -785,6 +814,8 @@ CUresult cuCtxSetCurrent(uintptr_t ctx) {
 
 CUresult cuCtxSynchronize(void) {
   NEED_CONTEXT();
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  land_legacy();
   return OK;
 }
 
@@ -814,6 +845,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_dev.find(p);
   if (it == g_dev.end()) return INVALID_VALUE;
+  land_legacy();  // cuMemFree waits for the work before it
   release_region(it->first, it->second, true);
   g_dev.erase(it);
   return OK;
@@ -876,11 +908,15 @@ CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* d, void* p, unsigned int flag
   return OK;
 }
 
-static CUresult copy_checked(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t n) {
+// copy_checked copies n bytes after checking the device ends. on_legacy: the
+// copy is in the legacy default stream, after its pending copies.
+static CUresult copy_checked(uintptr_t dst, bool dst_dev, uintptr_t src, bool src_dev, size_t n,
+                             bool on_legacy) {
   NEED_CONTEXT();
   {
     std::lock_guard<std::recursive_mutex> l(g_mu);
     if ((dst_dev && !device_range(dst, n)) || (src_dev && !device_range(src, n))) return INVALID_VALUE;
+    if (on_legacy) land_legacy();
   }
   memmove((void*)dst, (const void*)src, n);
   return OK;
@@ -888,12 +924,24 @@ static CUresult copy_checked(uintptr_t dst, bool dst_dev, uintptr_t src, bool sr
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   FAIL_POINT("cuMemcpyHtoD_v2");
-  return copy_checked(dst, true, (uintptr_t)src, false, n);
+  NEED_CONTEXT();
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  if (!device_range(dst, n)) return INVALID_VALUE;
+  const uintptr_t a = (uintptr_t)src;
+  if (n > 0 && !inside(g_host, a, n) && !inside(g_reg, a, n)) {
+    // Pageable: staged now, landed later (g_legacy).
+    const unsigned char* b = (const unsigned char*)src;
+    g_legacy.push_back(PendingCopy{dst, std::vector<unsigned char>(b, b + n)});
+    return OK;
+  }
+  land_legacy();
+  memmove((void*)dst, src, n);
+  return OK;
 }
 
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   FAIL_POINT("cuMemcpyDtoH_v2");
-  return copy_checked((uintptr_t)dst, false, src, true, n);
+  return copy_checked((uintptr_t)dst, false, src, true, n, true);
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, uintptr_t s) {
@@ -902,7 +950,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, uintpt
     std::lock_guard<std::recursive_mutex> l(g_mu);
     if (!stream_of(s)) return INVALID_HANDLE;
   }
-  return copy_checked(dst, true, (uintptr_t)src, false, n);
+  return copy_checked(dst, true, (uintptr_t)src, false, n, legacy(s));
 }
 
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, uintptr_t s) {
@@ -911,7 +959,7 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, uintptr_t s)
     std::lock_guard<std::recursive_mutex> l(g_mu);
     if (!stream_of(s)) return INVALID_HANDLE;
   }
-  return copy_checked((uintptr_t)dst, false, src, true, n);
+  return copy_checked((uintptr_t)dst, false, src, true, n, legacy(s));
 }
 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) {
@@ -919,7 +967,7 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, uintpt
     std::lock_guard<std::recursive_mutex> l(g_mu);
     if (!stream_of(s)) return INVALID_HANDLE;
   }
-  return copy_checked(dst, true, src, true, n);
+  return copy_checked(dst, true, src, true, n, legacy(s));
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, uintptr_t s) {
@@ -927,6 +975,7 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, uintptr_t s
   std::lock_guard<std::recursive_mutex> l(g_mu);
   if (!stream_of(s)) return INVALID_HANDLE;
   if (!device_range(dst, n)) return INVALID_VALUE;
+  if (legacy(s)) land_legacy();
   memset((void*)dst, v, n);
   return OK;
 }
@@ -1014,6 +1063,7 @@ CUresult cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsi
     }
     g_launches++;
     run = e.run;
+    if (legacy(s)) land_legacy();
   }
   if (run == nullptr) return OK;  // recorded only
   std::lock_guard<std::mutex> l(g_launch_mu);
@@ -1049,6 +1099,7 @@ CUresult cuStreamQuery(uintptr_t s) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
   Stream* st = stream_of(s);
   if (!st) return INVALID_HANDLE;
+  if (legacy(s)) land_legacy();
   return st->holds > 0 ? NOT_READY : OK;
 }
 
@@ -1059,6 +1110,7 @@ CUresult cuStreamSynchronize(uintptr_t s) {
       std::lock_guard<std::recursive_mutex> l(g_mu);
       Stream* st = stream_of(s);
       if (!st) return INVALID_HANDLE;
+      if (legacy(s)) land_legacy();
       if (st->holds == 0) return OK;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -1091,6 +1143,7 @@ CUresult cuEventRecord(uintptr_t e, uintptr_t s) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_events.find(e);
   if (it == g_events.end() || !stream_of(s)) return INVALID_HANDLE;
+  if (legacy(s)) land_legacy();
   it->second->t = std::chrono::steady_clock::now();
   it->second->recorded = true;
   it->second->stream = s;
@@ -1135,8 +1188,9 @@ CUresult cuEventElapsedTime(float* ms, uintptr_t a, uintptr_t b) {
 // cuMemAlloc allocation is exported; a handle is not opened in the process
 // that made it (CUDA_ERROR_INVALID_CONTEXT); the flags must be
 // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS; cuIpcCloseMemHandle takes only what
-// cuIpcOpenMemHandle returned. The fake also refuses a second open of a handle
-// that is open in this process (CUDA_ERROR_ALREADY_MAPPED).
+// cuIpcOpenMemHandle returned. A handle opened again in the process returns
+// the same address and counts one more reference; each open needs its close,
+// and the last close unmaps (an H100 with driver 580 opens a handle twice).
 struct IpcHandle {
   char magic[8];
   uint64_t pid, fd, ino, size;
@@ -1168,7 +1222,11 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle h, unsigned int flags) 
   std::lock_guard<std::recursive_mutex> l(g_mu);
   for (auto& r : g_ipc) {
     struct stat st;
-    if (fstat(r.second.fd, &st) == 0 && (uint64_t)st.st_ino == h.ino) return ALREADY_MAPPED;
+    if (fstat(r.second.fd, &st) == 0 && (uint64_t)st.st_ino == h.ino) {
+      g_ipc_refs[r.first]++;
+      *p = (CUdeviceptr)r.first;
+      return OK;
+    }
   }
   char path[64];
   snprintf(path, sizeof path, "/proc/%llu/fd/%llu", (unsigned long long)h.pid, (unsigned long long)h.fd);
@@ -1185,6 +1243,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle h, unsigned int flags) 
     return INVALID_VALUE;
   }
   g_ipc[(uintptr_t)m] = Region{h.size, 0, current(), fd};
+  g_ipc_refs[(uintptr_t)m] = 1;
   *p = (CUdeviceptr)m;
   return OK;
 }
@@ -1194,6 +1253,8 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_ipc.find(p);
   if (it == g_ipc.end()) return INVALID_VALUE;
+  if (--g_ipc_refs[p] > 0) return OK;
+  g_ipc_refs.erase(p);
   release_region(it->first, it->second, true);
   g_ipc.erase(it);
   return OK;
