@@ -123,7 +123,7 @@ func benchGPU(args []string, out io.Writer) error {
 	return benchSampling(ctx, e, c, dev, s)
 }
 
-// timeEvents runs f reps times (after one warm-up) between two events on s and
+// timeEvents runs f reps times (after warmUpGPU) between two events on s and
 // returns the median seconds.
 func timeEvents(ctx context.Context, dev *cuda.Device, s cuda.Stream, reps int, f func() error) (float64, error) {
 	start, err := dev.NewEvent()
@@ -321,7 +321,7 @@ func sampleWeights(n int, seed uint64) []float32 {
 	return w
 }
 
-// timeWall runs f reps times (after one warm-up) and returns the median seconds.
+// timeWall runs f reps times (after warmUpGPU) and returns the median seconds.
 func timeWall(reps int, f func() error) (float64, error) {
 	if err := warmUpGPU(f, nil); err != nil {
 		return 0, err
