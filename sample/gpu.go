@@ -357,6 +357,10 @@ func (st *ShardTable) ItemBytes(columns []string, w Window) ([]int, error) {
 // ctx's error and the kernel goes on: dst is then written until s passes it, and
 // the rows stay pinned until the next device collection or UnregisterDevice.
 //
+// The rows go to the device in runs, each gathered while the host pins the
+// next: an index that holds no item fails the call after the runs before it
+// were gathered, so dst may then hold some of the items.
+//
 // Errors: ErrClosed; no device registered; an unknown column; a bad window; a
 // wrong number of buffers; an index that holds no item; the driver's; the
 // context's.
