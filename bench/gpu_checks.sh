@@ -15,7 +15,9 @@
 # (they share the GPU, not their numbers); the benchmarks run one at a time.
 # Each check's output lands in outdir (default gpu-checks/) as <check>.log, and
 # the summary (driver, CUDA and NCCL versions, each test binary's verdict, the
-# figures the acceptance names) is printed last and kept in summary.txt.
+# figures the acceptance names) is printed last and kept in summary.txt. Where
+# bin/gearbench-old is an earlier build, `gearbench gpu` runs with it too,
+# between two runs of the current one, for a change's before and after.
 set -u
 
 build() {
