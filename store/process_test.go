@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strconv"
@@ -394,6 +395,40 @@ func TestAttachWaitsForSetUp(t *testing.T) {
 	}
 	if _, err := store.Inspect(name); err == nil {
 		t.Fatal("inspect of an empty segment: no error")
+	}
+}
+
+// TestAttachWaitsForCreation: Attach to a segment that does not exist fails at
+// once; with WithWaitForCreation it waits, fails once its context ends with an
+// error matching both the deadline and fs.ErrNotExist, and attaches to a shard
+// created while it waits.
+func TestAttachWaitsForCreation(t *testing.T) {
+	name := storetest.Name(t, "later")
+	if _, err := store.Attach(t.Context(), name); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("attach to no segment: %v, want fs.ErrNotExist", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	_, err := store.Attach(ctx, name, store.WithWaitForCreation())
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("waiting for a segment never created: %v, want the deadline and fs.ErrNotExist", err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		w, err := store.Attach(t.Context(), name, store.WithWaitForCreation())
+		if err == nil {
+			err = w.Close()
+		}
+		got <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the writer looks first
+	owner, err := store.Create(name, storetest.Spec(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer owner.Close()
+	if err := <-got; err != nil {
+		t.Fatalf("attach while the owner creates the shard: %v", err)
 	}
 }
 

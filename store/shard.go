@@ -110,6 +110,7 @@ type options struct {
 	level     int
 	chunk     int
 	label     uint64
+	uncreated bool // Attach waits while the segment does not exist
 }
 
 // WithSpec makes Attach and Restore fail (with an error wrapping ErrLayout that
@@ -121,6 +122,12 @@ func WithSpec(spec Spec) Option { return func(o *options) { s := spec.normalized
 // be empty or equal r.Name(), and every process attaching must pass a Remover of
 // the same name. Built-in policies need no option.
 func WithRemover(r Remover) Option { return func(o *options) { o.remover = r } }
+
+// WithWaitForCreation makes Attach also wait (until ctx is done) while no
+// segment of the name exists yet: a writer started beside its owner may look
+// for the shard before the owner has created it. Once ctx is done, the error
+// wraps both ctx's error and fs.ErrNotExist.
+func WithWaitForCreation() Option { return func(o *options) { o.uncreated = true } }
 
 // WithClock sets the clock that stamps commits and paces the eviction scans of
 // a waiting Allocate (default, or nil: the wall clock).
@@ -249,8 +256,8 @@ func newShard(name string, l *layout, mem []byte, o options, rem Remover) *Shard
 
 // Attach maps an existing shard by name for reading and writing. It waits (until
 // ctx is done) while the owner is still setting the shard up, and fails at once if
-// there is no such segment (the error wraps fs.ErrNotExist). With WithSpec it checks
-// the layout.
+// there is no such segment (the error wraps fs.ErrNotExist) unless
+// WithWaitForCreation. With WithSpec it checks the layout.
 func Attach(ctx context.Context, name string, opts ...Option) (*Shard, error) {
 	o := collect(opts)
 	if err := checkName(name); err != nil {
@@ -266,10 +273,14 @@ func Attach(ctx context.Context, name string, opts ...Option) (*Shard, error) {
 		if err == nil {
 			return s, nil
 		}
-		if !errors.Is(err, errNotReady) {
+		missing := o.uncreated && errors.Is(err, fs.ErrNotExist)
+		if !errors.Is(err, errNotReady) && !missing {
 			return nil, wrapOp(fmt.Sprintf("attach %q", name), err)
 		}
 		if err := sleepCtx(ctx, wait); err != nil {
+			if missing {
+				return nil, wrapOp(fmt.Sprintf("attach %q: waited for its owner to create it", name), fmt.Errorf("%w (%w)", err, fs.ErrNotExist))
+			}
 			return nil, wrapOp(fmt.Sprintf("attach %q: still being set up", name), err)
 		}
 		wait = min(2*wait, 10*time.Millisecond)

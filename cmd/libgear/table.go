@@ -245,7 +245,9 @@ func gear_shard_attach(seg *C.char, segLen C.int64_t, ms C.int64_t, out *C.uint6
 	defer guard(&st)
 	ctx, cancel := timeoutCtx(ms)
 	defer cancel()
-	s, err := attachWhenThere(ctx, gostring(seg, segLen))
+	// An actor started beside its learner may look for the table before the
+	// learner has made it.
+	s, err := store.Attach(ctx, gostring(seg, segLen), store.WithWaitForCreation())
 	if err != nil {
 		return fail(err)
 	}
@@ -284,28 +286,6 @@ func gear_shard_unlink(h C.uint64_t) (st C.int32_t) {
 		return fail(err)
 	}
 	return statusOK
-}
-
-// attachWhenThere is store.Attach, also waiting, until ctx is done, while
-// the segment does not exist yet: an actor started beside its learner may
-// look for the table before the learner has made it. The error of a segment
-// still missing at the end wraps both fs.ErrNotExist and ctx's error.
-func attachWhenThere(ctx context.Context, name string) (*store.Shard, error) {
-	wait := time.Millisecond
-	for {
-		s, err := store.Attach(ctx, name)
-		if err == nil || !errors.Is(err, fs.ErrNotExist) {
-			return s, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w (waited for its owner to create it: %w)", err, ctx.Err())
-		case <-t.C:
-		}
-		wait = min(2*wait, 10*time.Millisecond)
-	}
 }
 
 // gear_shard_layout writes the shard's layout as JSON into buf: segment,
@@ -402,12 +382,7 @@ func gear_shard_commit(h C.uint64_t, row C.int64_t, hasKey C.int32_t, key C.uint
 	if err != nil {
 		return fail(err)
 	}
-	var ref store.Ref
-	if hasKey != 0 {
-		ref, err = p.CommitKey(uint64(key), float64(priority))
-	} else {
-		ref, err = p.Commit(float64(priority))
-	}
+	ref, err := commitRow(p, hasKey != 0, uint64(key), float64(priority))
 	if err != nil {
 		return fail(err)
 	}
@@ -459,12 +434,14 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 	if keys != nil {
 		ks = unsafe.Slice((*uint64)(unsafe.Pointer(keys)), int(n))
 	}
-	for i := range prio {
-		var k uint64
-		if ks != nil {
-			k = ks[i]
+	key := func(i int) uint64 { // row i's key; 0 without keys
+		if ks == nil {
+			return 0
 		}
-		if err := s.checkPriority(k, prio[i]); err != nil {
+		return ks[i]
+	}
+	for i := range prio {
+		if err := s.checkPriority(key(i), prio[i]); err != nil {
 			return fail(fmt.Errorf("row %d of %d: %w", i, int64(n), err))
 		}
 	}
@@ -476,13 +453,7 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 		for c, bb := range s.bytes {
 			copy(p.Block(c), unsafe.Slice((*byte)(unsafe.Add(cols[c], i*bb)), bb))
 		}
-		if ks != nil {
-			_, err = p.CommitKey(ks[i], prio[i])
-		} else {
-			_, err = p.Commit(prio[i])
-		}
-		if err != nil {
-			_ = p.Abort()
+		if _, err := commitRow(p, ks != nil, key(i), prio[i]); err != nil {
 			return fail(err)
 		}
 		*done = C.int64_t(i + 1)
@@ -574,14 +545,22 @@ func (s *shardHandle) put(ms int64, hasKey bool, key uint64, priority float64) (
 	for c, bb := range s.bytes {
 		copy(p.Block(c), unsafe.Slice((*byte)(unsafe.Add(s.stage, s.stageOff[c])), bb))
 	}
+	return commitRow(p, hasKey, key, priority)
+}
+
+// commitRow commits the written row p with priority, and with key when
+// hasKey (else its insertion sequence is its key). A commit that fails gives
+// the row back to the free rows, not lost to the shard.
+func commitRow(p store.Pending, hasKey bool, key uint64, priority float64) (store.Ref, error) {
 	var ref store.Ref
+	var err error
 	if hasKey {
 		ref, err = p.CommitKey(key, priority)
 	} else {
 		ref, err = p.Commit(priority)
 	}
 	if err != nil {
-		_ = p.Abort() // the row goes back to the free rows, not lost to the shard
+		_ = p.Abort()
 	}
 	return ref, err
 }
