@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -138,4 +139,28 @@ func FuzzCheckpointReader(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Spec encodings of version 1 (segments and checkpoints written before the
+// default alignment packed small blocks, when 64 stood for it) still decode,
+// to the same layout; a version past encVersion is refused.
+func TestDecodeSpecVersions(t *testing.T) {
+	spec := Spec{Capacity: 8, Remover: RemoverFIFO, BlockAlign: 64, Columns: []Column{{Name: "r", DType: Float32, Length: 1}}}
+	enc := encodeSpec(spec)
+	enc[0] = 1
+	got, err := decodeSpec(enc)
+	if err != nil {
+		t.Fatalf("version 1: %v", err)
+	}
+	l, err := computeLayout(got, minPageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.BlockAlign != 64 || l.cols[0].stride != 64 {
+		t.Errorf("version 1: alignment %d, stride %d; want 64, 64", got.BlockAlign, l.cols[0].stride)
+	}
+	enc[0] = encVersion + 1
+	if _, err := decodeSpec(enc); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("spec encoding version %d", encVersion+1)) {
+		t.Errorf("version %d: %v", encVersion+1, err)
+	}
 }

@@ -48,7 +48,7 @@ const (
 	offFIFOClaim = 384
 	offEnc       = 1024
 	maxEncLen    = 16 << 10
-	encVersion   = 1
+	encVersion   = 2 // 1: BlockAlign was never 0 (64 stood for the default)
 	statusStride = 64
 	maxSlots     = 1024 // slot 0 means "no writer"
 	pinSlots     = 64   // slots with a pin journal (handles in later slots have none)
@@ -95,6 +95,19 @@ func nextPow2(n int) int {
 	return p
 }
 
+// blockAlign is the alignment of a column's blocks of blockBytes under a
+// spec's BlockAlign: align itself, or for the default (0) the block's size
+// rounded up to a power of two, at most a cache line. Small blocks then
+// pack (a 4-byte column takes 4 bytes a row, so a sample's reads of it
+// touch a 16th of the pages and cache lines that 64-byte strides would),
+// and no block of a cache line or less straddles two.
+func blockAlign(align, blockBytes int) int {
+	if align != 0 {
+		return align
+	}
+	return min(cacheLine, nextPow2(blockBytes))
+}
+
 // computeLayout validates spec and lays the segment out for pageSize.
 func computeLayout(spec Spec, pageSize int) (*layout, error) {
 	if err := spec.Validate(); err != nil {
@@ -126,7 +139,7 @@ func computeLayout(spec Spec, pageSize int) (*layout, error) {
 		var cl colLayout
 		cl.frameBytes = c.FrameBytes()
 		cl.blockBytes = c.BlockBytes()
-		cl.stride = roundUp(cl.blockBytes, spec.BlockAlign)
+		cl.stride = roundUp(cl.blockBytes, blockAlign(spec.BlockAlign, cl.blockBytes))
 		off = roundUp(off, tableAlign)
 		cl.tableOff = off
 		cl.tableLen = roundUp(cl.stride*spec.Capacity, pageSize)
@@ -208,8 +221,8 @@ func (r *specReader) u64() uint64 {
 // decodeSpec reads a spec encoding strictly (every byte accounted for) and validates it.
 func decodeSpec(b []byte) (Spec, error) {
 	r := &specReader{b: b}
-	if v := r.u8(); r.err == nil && v != encVersion {
-		return Spec{}, fmt.Errorf("store: spec encoding version %d, want %d", v, encVersion)
+	if v := r.u8(); r.err == nil && (v < 1 || v > encVersion) {
+		return Spec{}, fmt.Errorf("store: spec encoding version %d, want 1 to %d", v, encVersion)
 	}
 	var s Spec
 	s.BlockAlign = r.u32()
