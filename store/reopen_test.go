@@ -200,14 +200,23 @@ func TestOpenTakesOverAfterKilledOwner(t *testing.T) {
 // TestCheckpointsMergeIntoFewerShards: three shards are checkpointed, with a
 // label each; two shards of room for all of them merge the checkpoints (shard i
 // takes checkpoints j with j mod 2 == i) and hold every row, with its key,
-// data, priority and times sampled, and the labels read back.
+// data, priority and times sampled, and the labels read back. Checkpoint 1
+// pads its blocks to 64 bytes where the shards pack them (the default
+// alignment): rows merge block by block, whatever the strides.
 func TestCheckpointsMergeIntoFewerShards(t *testing.T) {
 	const per = 50
 	ctx := context.Background()
 	dir := t.TempDir()
 	want := map[uint64]store.RowStatus{}
 	for j := range 3 {
-		s := storetest.Create(t, ownerSpec(64))
+		spec := ownerSpec(64)
+		if j == 1 {
+			spec.BlockAlign = 64
+		}
+		s := storetest.Create(t, spec)
+		if s.BlockStride(1) != map[bool]int{false: 32, true: 64}[j == 1] {
+			t.Fatalf("shard %d: column %q at a stride of %d", j, "act", s.BlockStride(1))
+		}
 		for k := range per {
 			id := uint64(j)<<20 | uint64(k)
 			ref := insert(t, s, id, float64(k+1))
