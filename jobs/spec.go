@@ -178,6 +178,10 @@ type Table struct {
 	// MaxTimesSampled removes an item after it was sampled this often; 0 means
 	// never (default 0; 1 for a queue or a stack).
 	MaxTimesSampled int `toml:"max_times_sampled"`
+	// Packed packs the shard's small columns (store.Spec.Packed): a column of
+	// fewer than 64 bytes a row takes its size rounded up to a power of two,
+	// not 64 (default false).
+	Packed bool `toml:"packed,omitempty"`
 	// CheckpointEvery is the period of each shard's checkpoint to the job's
 	// checkpoint directory (GEAR_CHECKPOINT_DIR), from which a restarted job
 	// restores what shared memory no longer holds; 0 means none.

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -331,5 +332,30 @@ func TestExampleTablesBuild(t *testing.T) {
 	}
 	if tables == 0 {
 		t.Error("no example spec has a [table]")
+	}
+}
+
+// TestTablePacked: packed = true reaches the store spec, which then packs
+// the 4-byte column; without it every block keeps 64 bytes.
+func TestTablePacked(t *testing.T) {
+	for _, packed := range []bool{false, true} {
+		r := vocabCase(t, tableDoc(fmt.Sprintf("packed = %t\n", packed), "int32", ""))
+		if r.validErr != nil || r.buildErr != nil {
+			t.Fatalf("packed = %t: %v, %v", packed, r.validErr, r.buildErr)
+		}
+		if r.built.Packed != packed {
+			t.Errorf("packed = %t: the store spec has Packed %t", packed, r.built.Packed)
+		}
+		s, err := store.Create(fmt.Sprintf("gear-jobs-packed-%d-%t", os.Getpid(), packed), r.built)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]int{false: 64, true: 16}[packed] // "x": 4 steps of an int32
+		if got := s.BlockStride(1); got != want {
+			t.Errorf("packed = %t: column x at a stride of %d, want %d", packed, got, want)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

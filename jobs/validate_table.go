@@ -67,7 +67,7 @@ func (v *validator) table(t *Table, shards int) (store.Spec, reverb.Table) {
 	if t.TrajectoryLength < 1 {
 		v.add("table.trajectory_length", "must be at least 1, got %d", t.TrajectoryLength)
 	}
-	spec := store.Spec{Capacity: t.Capacity + 1, Columns: cols, Remover: store.RemoverNone}
+	spec := store.Spec{Capacity: t.Capacity + 1, Columns: cols, Remover: store.RemoverNone, Packed: t.Packed}
 	if len(cols) > 0 && len(cols) == len(t.Columns) && t.Capacity >= 1 {
 		if err := spec.Validate(); err != nil {
 			v.add("table.columns", "%v", err)

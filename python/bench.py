@@ -2,7 +2,8 @@
 buffer in the same process (the floor), and of two writer processes against
 one, beside two processes that share nothing, each with its own numpy ring
 (the peer of that ratio). Rows are 400 B (obs: 96 float32, action, reward,
-discount, flags).
+discount, flags), in tables with packed columns (PACKED: the four scalars
+take 4 bytes a row each, not 64).
 
     make python && /usr/bin/python3 python/bench.py [--seconds 2]
 
@@ -30,6 +31,7 @@ COLUMNS = [
 ]
 ROW_BYTES = 400
 B = 256
+PACKED = True  # what a table of scalar columns should ask for: docs/python.md
 
 
 def rows(n, rng):
@@ -221,7 +223,7 @@ def main():
     def full_table(name):
         """A uniform, FIFO table of the capacity, filled with batch."""
         f = gear.Table(name=name, capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
-                       extra_rows=4096)
+                       extra_rows=4096, packed=PACKED)
         for _ in range(a.capacity // B + 1):
             f.insert_batch(batch)
         f.wait_admitted(30)
@@ -245,7 +247,7 @@ def main():
     def ring_sample():
         return len(ring.sample(B, srng)[0])
 
-    room = gear.Table(name="room", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096)
+    room = gear.Table(name="room", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096, packed=PACKED)
 
     def room_insert():
         if room.info()["size"] > a.writer_capacity - 400000:
@@ -262,7 +264,8 @@ def main():
         (f"sample+collect, batches of {B}", gear_sample, ring_sample),
         ("  the same, new arrays each call", gear_sample_new, ring_sample),
     ]
-    print(f"rows of {ROW_BYTES} B, table capacity {a.capacity}, median of {a.repeats} runs of {a.seconds} s")
+    print(f"rows of {ROW_BYTES} B, table capacity {a.capacity}{', packed' if PACKED else ''},"
+          f" median of {a.repeats} runs of {a.seconds} s")
     print(f"{'case':34} {'gear rows/s':>14} {'numpy ring rows/s':>18} {'gear/numpy':>11}")
     for name, g, r in cases:
         gs, rs = [], []
@@ -295,7 +298,7 @@ def main():
 
     def fresh(k, mode="batch"):
         """k writers into a fresh table with room for every row they write."""
-        f = gear.Table(name="fresh", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096)
+        f = gear.Table(name="fresh", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096, packed=PACKED)
         try:
             return writers(f.segment, k, a.seconds, mode)
         finally:

@@ -21,9 +21,10 @@ func specTable(tb testing.TB, spec store.Spec, cfg Config) *ShardTable {
 }
 
 // pythonBenchTable is a table of python/bench.py's 400-byte rows: a full
-// 100,000 with a FIFO remover, over a shard with 4,096 rows to spare.
-func pythonBenchTable(b *testing.B) *ShardTable {
-	return specTable(b, store.Spec{Capacity: 100000 + 4096, Remover: store.RemoverNone, Columns: []store.Column{
+// 100,000 with a FIFO remover, over a shard with 4,096 rows to spare, its
+// small columns packed as bench.py's are (packed false: 64 bytes each).
+func pythonBenchTable(b *testing.B, packed bool) *ShardTable {
+	return specTable(b, store.Spec{Capacity: 100000 + 4096, Remover: store.RemoverNone, Packed: packed, Columns: []store.Column{
 		{Name: "obs", DType: store.Float32, Shape: []int{96}, Length: 1},
 		{Name: "action", DType: store.Int32, Length: 1},
 		{Name: "reward", DType: store.Float32, Length: 1},
@@ -35,37 +36,38 @@ func pythonBenchTable(b *testing.B) *ShardTable {
 // BenchmarkCollectBatch is the Python client's training-loop path, in Go:
 // sample 256 items of a full 100,000-row table of 400-byte rows (the
 // columns of python/bench.py), collect every column into the same arrays
-// through a plan, release. "sample" times the sample and release alone.
+// through a plan, release. "sample" times the sample and release alone;
+// "sample+collect-padded" is the same over a shard that is not packed
+// (every column 64 bytes a row or more, the default), its peer in the run.
 func BenchmarkCollectBatch(b *testing.B) {
-	st := pythonBenchTable(b)
 	ctx := context.Background()
-	for k := range 100000 {
-		if _, err := st.Insert(ctx, uint64(k), 1, func(store.Pending) error { return nil }); err != nil {
+	cols := []string{"obs", "action", "reward", "discount", "flags"}
+	const n = 256
+	for _, c := range []struct {
+		name             string
+		packed, collects bool
+	}{{"sample", true, false}, {"sample+collect", true, true}, {"sample+collect-padded", false, true}} {
+		st := pythonBenchTable(b, c.packed)
+		for k := range 100000 {
+			if _, err := st.Insert(ctx, uint64(k), 1, func(store.Pending) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+		plan, err := st.PlanCollect(cols, Window{})
+		if err != nil {
 			b.Fatal(err)
 		}
-	}
-	cols := []string{"obs", "action", "reward", "discount", "flags"}
-	plan, err := st.PlanCollect(cols, Window{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	const n = 256
-	dst := make([][]byte, len(cols))
-	for i := range dst {
-		dst[i] = make([]byte, n*plan.ItemBytes(i))
-	}
-	var batch Batch
-	for _, collect := range []bool{false, true} {
-		name := "sample"
-		if collect {
-			name = "sample+collect"
+		dst := make([][]byte, len(cols))
+		for i := range dst {
+			dst[i] = make([]byte, n*plan.ItemBytes(i))
 		}
-		b.Run(name, func(b *testing.B) {
+		var batch Batch
+		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				if err := st.SampleInto(ctx, &batch, n); err != nil {
 					b.Fatal(err)
 				}
-				if collect {
+				if c.collects {
 					if err := st.CollectBatch(ctx, plan, &batch, dst); err != nil {
 						b.Fatal(err)
 					}
@@ -74,6 +76,9 @@ func BenchmarkCollectBatch(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)*n/b.Elapsed().Seconds(), "rows/s")
 		})
+		if err := st.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -123,7 +128,7 @@ func TestCollectBatchAllocates(t *testing.T) {
 // batches of 256 as gear_shard_insert makes them, and the owner's
 // admission of all of them: the work that caps writers into one table.
 func BenchmarkShardAdmit(b *testing.B) {
-	st := pythonBenchTable(b)
+	st := pythonBenchTable(b, true)
 	sh := st.Shard()
 	w, err := store.Attach(context.Background(), sh.Name())
 	if err != nil {

@@ -129,10 +129,9 @@ func newStream(t *testing.T, dev *cuda.Device) cuda.Stream {
 	return s
 }
 
-// gpuSpec has columns of several shapes: 16-byte aligned frames, 8-byte
-// frames, and 3-byte frames in 15-byte blocks at a 16-byte stride, so that
-// the gather kernel runs with each of its element widths and with a stride
-// past the block.
+// gpuSpec has columns of several shapes: 16-byte aligned frames, 8-byte frames
+// whose blocks are padded to the block alignment, and 3-byte frames, so that the
+// gather kernel runs with each of its element widths.
 func gpuSpec(capacity int) store.Spec {
 	return store.Spec{Capacity: capacity, Remover: store.RemoverNone, Columns: []store.Column{
 		{Name: "obs", DType: store.Float32, Shape: []int{8, 8}, Length: 4},

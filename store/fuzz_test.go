@@ -141,26 +141,46 @@ func FuzzCheckpointReader(f *testing.F) {
 	})
 }
 
-// Spec encodings of version 1 (segments and checkpoints written before the
-// default alignment packed small blocks, when 64 stood for it) still decode,
-// to the same layout; a version past encVersion is refused.
-func TestDecodeSpecVersions(t *testing.T) {
+// A spec without Packed encodes as version 1, byte for byte what the builds
+// before Packed wrote (their segments stay canonical); a packed one as
+// version 2, ending with its flags byte. Unknown versions and flags are
+// refused.
+func TestSpecEncodingVersions(t *testing.T) {
 	spec := Spec{Capacity: 8, Remover: RemoverFIFO, BlockAlign: 64, Columns: []Column{{Name: "r", DType: Float32, Length: 1}}}
-	enc := encodeSpec(spec)
-	enc[0] = 1
-	got, err := decodeSpec(enc)
-	if err != nil {
-		t.Fatalf("version 1: %v", err)
+	plain := encodeSpec(spec)
+	if plain[0] != 1 {
+		t.Fatalf("a spec without Packed encodes as version %d, want 1", plain[0])
 	}
-	l, err := computeLayout(got, minPageSize)
-	if err != nil {
-		t.Fatal(err)
+	spec.Packed = true
+	packed := encodeSpec(spec)
+	if packed[0] != 2 || len(packed) != len(plain)+1 || packed[len(packed)-1] != flagPacked {
+		t.Fatalf("a packed spec: version %d, %d bytes (plain %d), last byte %d", packed[0], len(packed), len(plain), packed[len(packed)-1])
 	}
-	if got.BlockAlign != 64 || l.cols[0].stride != 64 {
-		t.Errorf("version 1: alignment %d, stride %d; want 64, 64", got.BlockAlign, l.cols[0].stride)
+	for _, c := range []struct {
+		enc    []byte
+		packed bool
+		stride int
+	}{{plain, false, 64}, {packed, true, 4}} {
+		got, err := decodeSpec(c.enc)
+		if err != nil {
+			t.Fatalf("version %d: %v", c.enc[0], err)
+		}
+		l, err := computeLayout(got, minPageSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Packed != c.packed || l.cols[0].stride != c.stride || !bytes.Equal(l.enc, c.enc) {
+			t.Errorf("version %d: packed %t, stride %d, re-encoded %x; want %t, %d, %x", c.enc[0], got.Packed, l.cols[0].stride, l.enc, c.packed, c.stride, c.enc)
+		}
 	}
-	enc[0] = encVersion + 1
-	if _, err := decodeSpec(enc); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("spec encoding version %d", encVersion+1)) {
+	bad := bytes.Clone(packed)
+	bad[len(bad)-1] = 3
+	if _, err := decodeSpec(bad); err == nil || !strings.Contains(err.Error(), "flags 0x3") {
+		t.Errorf("unknown flags: %v", err)
+	}
+	bad = bytes.Clone(plain)
+	bad[0] = encVersion + 1
+	if _, err := decodeSpec(bad); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("spec encoding version %d", encVersion+1)) {
 		t.Errorf("version %d: %v", encVersion+1, err)
 	}
 }

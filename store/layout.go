@@ -48,7 +48,7 @@ const (
 	offFIFOClaim = 384
 	offEnc       = 1024
 	maxEncLen    = 16 << 10
-	encVersion   = 2 // 1: BlockAlign was never 0 (64 stood for the default)
+	encVersion   = 2 // 1 for specs without Packed (what version 1 held), 2 with it
 	statusStride = 64
 	maxSlots     = 1024 // slot 0 means "no writer"
 	pinSlots     = 64   // slots with a pin journal (handles in later slots have none)
@@ -95,17 +95,13 @@ func nextPow2(n int) int {
 	return p
 }
 
-// blockAlign is the alignment of a column's blocks of blockBytes under a
-// spec's BlockAlign: align itself, or for the default (0) the block's size
-// rounded up to a power of two, at most a cache line. Small blocks then
-// pack (a 4-byte column takes 4 bytes a row, so a sample's reads of it
-// touch a 16th of the pages and cache lines that 64-byte strides would),
-// and no block of a cache line or less straddles two.
-func blockAlign(align, blockBytes int) int {
-	if align != 0 {
+// blockAlign is the alignment of a column's blocks of blockBytes: align, or
+// when packed the block's size rounded up to a power of two, if that is less.
+func blockAlign(align int, packed bool, blockBytes int) int {
+	if !packed {
 		return align
 	}
-	return min(cacheLine, nextPow2(blockBytes))
+	return min(align, nextPow2(blockBytes))
 }
 
 // computeLayout validates spec and lays the segment out for pageSize.
@@ -139,7 +135,7 @@ func computeLayout(spec Spec, pageSize int) (*layout, error) {
 		var cl colLayout
 		cl.frameBytes = c.FrameBytes()
 		cl.blockBytes = c.BlockBytes()
-		cl.stride = roundUp(cl.blockBytes, blockAlign(spec.BlockAlign, cl.blockBytes))
+		cl.stride = roundUp(cl.blockBytes, blockAlign(spec.BlockAlign, spec.Packed, cl.blockBytes))
 		off = roundUp(off, tableAlign)
 		cl.tableOff = off
 		cl.tableLen = roundUp(cl.stride*spec.Capacity, pageSize)
@@ -156,7 +152,14 @@ func computeLayout(spec Spec, pageSize int) (*layout, error) {
 // encodeSpec writes a normalized spec in the binary form stored in segments and
 // checkpoints (and hashed into the layout digest).
 func encodeSpec(s Spec) []byte {
-	b := []byte{encVersion}
+	// A spec without Packed keeps version 1, so that the segments and
+	// checkpoints written before Packed existed still read as canonical, and a
+	// build that predates it refuses a packed shard rather than misread it.
+	v := byte(1)
+	if s.Packed {
+		v = encVersion
+	}
+	b := []byte{v}
 	b = binary.LittleEndian.AppendUint32(b, uint32(s.BlockAlign))
 	b = binary.LittleEndian.AppendUint64(b, uint64(s.Capacity))
 	b = append(b, byte(len(s.Remover)))
@@ -171,8 +174,14 @@ func encodeSpec(s Spec) []byte {
 		}
 		b = binary.LittleEndian.AppendUint32(b, uint32(c.Length))
 	}
+	if s.Packed {
+		b = append(b, flagPacked)
+	}
 	return b
 }
+
+// flagPacked is the flags byte that ends a version 2 encoding: Packed.
+const flagPacked = 1
 
 var errShortSpec = errors.New("store: spec encoding is truncated")
 
@@ -221,7 +230,8 @@ func (r *specReader) u64() uint64 {
 // decodeSpec reads a spec encoding strictly (every byte accounted for) and validates it.
 func decodeSpec(b []byte) (Spec, error) {
 	r := &specReader{b: b}
-	if v := r.u8(); r.err == nil && (v < 1 || v > encVersion) {
+	v := r.u8()
+	if r.err == nil && (v < 1 || v > encVersion) {
 		return Spec{}, fmt.Errorf("store: spec encoding version %d, want 1 to %d", v, encVersion)
 	}
 	var s Spec
@@ -249,6 +259,12 @@ func decodeSpec(b []byte) (Spec, error) {
 		}
 		col.Length = r.u32()
 		s.Columns = append(s.Columns, col)
+	}
+	if v == 2 && r.err == nil {
+		if f := r.u8(); r.err == nil && f != flagPacked {
+			return Spec{}, fmt.Errorf("store: spec encoding flags %#x, want %#x", f, flagPacked)
+		}
+		s.Packed = true
 	}
 	if r.err != nil {
 		return Spec{}, r.err

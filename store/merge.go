@@ -125,11 +125,12 @@ func (s *Shard) MergeFrom(ctx context.Context, src *Shard) (int, error) {
 }
 
 // sameColumns checks that other (a checkpoint's or a shard's spec) has this
-// shard's columns, whatever its capacity, remover and block alignment (rows
-// are copied block by block, whatever the strides).
+// shard's columns, whatever its capacity, remover, block alignment and
+// packing (rows are copied block by block, whatever the strides).
 func (s *Shard) sameColumns(holder string, other Spec) error {
 	o := other.normalized()
-	o.Capacity, o.Remover, o.BlockAlign = s.l.spec.Capacity, s.l.spec.Remover, s.l.spec.BlockAlign
+	o.Capacity, o.Remover = s.l.spec.Capacity, s.l.spec.Remover
+	o.BlockAlign, o.Packed = s.l.spec.BlockAlign, s.l.spec.Packed
 	if err := diffSpecOf(holder, o, s.l.spec); err != nil {
 		return fmt.Errorf("%w: %w", ErrLayout, err)
 	}

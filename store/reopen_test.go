@@ -201,8 +201,8 @@ func TestOpenTakesOverAfterKilledOwner(t *testing.T) {
 // label each; two shards of room for all of them merge the checkpoints (shard i
 // takes checkpoints j with j mod 2 == i) and hold every row, with its key,
 // data, priority and times sampled, and the labels read back. Checkpoint 1
-// pads its blocks to 64 bytes where the shards pack them (the default
-// alignment): rows merge block by block, whatever the strides.
+// packs its blocks (Packed) where the shards pad them to 64 bytes: rows
+// merge block by block, whatever the strides.
 func TestCheckpointsMergeIntoFewerShards(t *testing.T) {
 	const per = 50
 	ctx := context.Background()
@@ -210,11 +210,9 @@ func TestCheckpointsMergeIntoFewerShards(t *testing.T) {
 	want := map[uint64]store.RowStatus{}
 	for j := range 3 {
 		spec := ownerSpec(64)
-		if j == 1 {
-			spec.BlockAlign = 64
-		}
+		spec.Packed = j == 1
 		s := storetest.Create(t, spec)
-		if s.BlockStride(1) != map[bool]int{false: 32, true: 64}[j == 1] {
+		if s.BlockStride(1) != map[bool]int{false: 64, true: 32}[j == 1] {
 			t.Fatalf("shard %d: column %q at a stride of %d", j, "act", s.BlockStride(1))
 		}
 		for k := range per {

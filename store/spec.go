@@ -188,13 +188,15 @@ type Spec struct {
 	// of a custom Remover given with WithRemover.
 	Remover string `toml:"remover" json:"remover"`
 	// BlockAlign is the alignment of every block in bytes: a power of two from 64
-	// to 65536, or 0 for the default. By default each column's blocks are
-	// aligned to their size rounded up to a power of two, at most 64 bytes:
-	// blocks of 64 bytes or more start on a cache line, and smaller ones pack
-	// without straddling one (a float32 column takes 4 bytes a row). When
-	// attaching to, reopening or restoring a shard, 0 accepts the holder's
-	// alignment, whatever it is.
+	// (the default when 0) to 65536.
 	BlockAlign int `toml:"block_align" json:"block_align"`
+	// Packed packs the blocks smaller than BlockAlign: each aligns to its size
+	// rounded up to a power of two instead (a float32 column takes 4 bytes a
+	// row, a 12-byte one 16), so that none straddles more cache lines than it
+	// must. A sample's reads of such columns then touch a 16th of the pages and
+	// cache lines; those blocks are no longer aligned for DMA, which the device
+	// gather does not need (it reads at the widths that the strides allow).
+	Packed bool `toml:"packed" json:"packed"`
 }
 
 // Limits on a Spec.
@@ -207,7 +209,6 @@ const (
 	maxTotalBytes = 1 << 46
 	maxAlign      = 1 << 16
 	minAlign      = 64
-	cacheLine     = 64
 )
 
 // normalized returns a copy of s with defaults filled in and slices copied.
@@ -215,6 +216,9 @@ func (s Spec) normalized() Spec {
 	out := s
 	if out.Remover == "" {
 		out.Remover = RemoverFIFO
+	}
+	if out.BlockAlign == 0 {
+		out.BlockAlign = minAlign
 	}
 	out.Columns = make([]Column, len(s.Columns))
 	for i, c := range s.Columns {
@@ -240,8 +244,12 @@ func (s Spec) Validate() error {
 	if len(s.Columns) > MaxColumns {
 		return fmt.Errorf("store: %d columns: at most %d", len(s.Columns), MaxColumns)
 	}
-	if align := s.BlockAlign; align != 0 && (align < minAlign || align > maxAlign || align&(align-1) != 0) {
-		return fmt.Errorf("store: block alignment %d: want 0 (the default) or a power of two from %d to %d", s.BlockAlign, minAlign, maxAlign)
+	align := s.BlockAlign
+	if align == 0 {
+		align = minAlign
+	}
+	if align < minAlign || align > maxAlign || align&(align-1) != 0 {
+		return fmt.Errorf("store: block alignment %d: want a power of two from %d to %d", s.BlockAlign, minAlign, maxAlign)
 	}
 	if len(s.Remover) > MaxNameLen {
 		return fmt.Errorf("store: remover name %.20q...: at most %d bytes", s.Remover, MaxNameLen)
@@ -260,7 +268,7 @@ func (s Spec) Validate() error {
 		if err != nil {
 			return err
 		}
-		stride := roundUp64(n, uint64(blockAlign(s.BlockAlign, int(min(n, cacheLine)))))
+		stride := roundUp64(n, uint64(blockAlign(align, s.Packed, int(min(n, maxAlign)))))
 		table := mulSat(stride, uint64(s.Capacity))
 		if table > maxTotalBytes {
 			return fmt.Errorf("store: column %q: %d blocks of %s overflow (%s bytes, at most %d)", c.Name, s.Capacity, c.Describe(), satString(table), uint64(maxTotalBytes))
@@ -322,13 +330,6 @@ func mulSat(a, b uint64) uint64 {
 	return lo
 }
 
-func alignString(a int) string {
-	if a == 0 {
-		return "the default"
-	}
-	return strconv.Itoa(a)
-}
-
 func satString(n uint64) string {
 	if n == math.MaxUint64 {
 		return "more than 2^64"
@@ -342,7 +343,7 @@ func roundUp(n, a int) int { return (n + a - 1) &^ (a - 1) }
 
 // diffSpec returns nil if a and b (normalized) are the same layout, and otherwise an
 // error naming the first difference, with what the shard has (a) and what the caller
-// asked for (b). A caller's BlockAlign of 0 asks for none: it matches any.
+// asked for (b).
 func diffSpec(a, b Spec) error { return diffSpecOf("shard", a, b) }
 
 // diffSpecOf is diffSpec with another name for a's holder ("checkpoint").
@@ -350,8 +351,11 @@ func diffSpecOf(holder string, a, b Spec) error {
 	if a.Capacity != b.Capacity {
 		return fmt.Errorf("capacity: %s has %d rows, spec has %d", holder, a.Capacity, b.Capacity)
 	}
-	if b.BlockAlign != 0 && a.BlockAlign != b.BlockAlign {
-		return fmt.Errorf("block alignment: %s has %s, spec has %d", holder, alignString(a.BlockAlign), b.BlockAlign)
+	if a.BlockAlign != b.BlockAlign {
+		return fmt.Errorf("block alignment: %s has %d, spec has %d", holder, a.BlockAlign, b.BlockAlign)
+	}
+	if a.Packed != b.Packed {
+		return fmt.Errorf("packed blocks: %s has %t, spec has %t", holder, a.Packed, b.Packed)
 	}
 	if a.Remover != b.Remover {
 		return fmt.Errorf("remover: %s has %q, spec has %q", holder, a.Remover, b.Remover)

@@ -456,7 +456,7 @@ func TestSpecErrors(t *testing.T) {
 			`store: column "obs": 134217728 blocks of 262144 float32 (length 1) overflow (140737488355328 bytes, at most 70368744177664)`},
 		{store.Spec{Capacity: 1 << 25, Columns: []store.Column{col("a", store.Uint8, 1, 1<<20), col("b", store.Uint8, 1, 1<<20), col("c", store.Uint8, 1, 1<<20)}},
 			`store: column "c": the shard's column tables overflow (105553116266496 bytes, at most 70368744177664)`},
-		{store.Spec{Capacity: 1, BlockAlign: 100, Columns: []store.Column{col("a", store.Uint8, 1)}}, "store: block alignment 100: want 0 (the default) or a power of two from 64 to 65536"},
+		{store.Spec{Capacity: 1, BlockAlign: 100, Columns: []store.Column{col("a", store.Uint8, 1)}}, "store: block alignment 100: want a power of two from 64 to 65536"},
 	} {
 		err := tc.spec.Validate()
 		if err == nil {
@@ -594,11 +594,11 @@ func TestColumnTablesArePageAligned(t *testing.T) {
 	}
 }
 
-// By default small blocks pack at their size rounded up to a power of two
-// (never straddling a cache line) and blocks of 64 bytes or more start on a
-// cache line; an explicit BlockAlign pads every block to it. A caller's
-// default spec attaches to either; an explicit one must match.
-func TestDefaultBlockAlignPacks(t *testing.T) {
+// By default every block starts on 64 bytes (aligned for DMA); with Packed,
+// blocks smaller than the alignment pack at their size rounded up to a power
+// of two, never straddling a cache line, and the others keep it. A shard's
+// packing is part of its layout: asking for the other is refused.
+func TestPackedBlocks(t *testing.T) {
 	cols := []store.Column{
 		{Name: "reward", DType: store.Float32, Length: 1},
 		{Name: "pos", DType: store.Float32, Shape: []int{3}, Length: 1},
@@ -606,36 +606,34 @@ func TestDefaultBlockAlignPacks(t *testing.T) {
 		{Name: "tail", DType: store.Uint8, Shape: []int{100}, Length: 1},
 		{Name: "obs", DType: store.Float32, Shape: []int{96}, Length: 1},
 	}
-	packed := storetest.Create(t, store.Spec{Capacity: 40, Columns: cols})
-	padded := storetest.Create(t, store.Spec{Capacity: 40, Columns: cols, BlockAlign: 64})
-	for c, want := range []struct{ packed, padded int }{{4, 64}, {16, 64}, {1, 64}, {128, 128}, {384, 384}} {
-		if got := packed.BlockStride(c); got != want.packed {
-			t.Errorf("default alignment: column %q stride %d, want %d", cols[c].Name, got, want.packed)
-		}
+	padded := storetest.Create(t, store.Spec{Capacity: 40, Columns: cols})
+	packed := storetest.Create(t, store.Spec{Capacity: 40, Columns: cols, Packed: true})
+	for c, want := range []struct{ padded, packed int }{{64, 4}, {64, 16}, {64, 1}, {128, 128}, {384, 384}} {
 		if got := padded.BlockStride(c); got != want.padded {
-			t.Errorf("BlockAlign 64: column %q stride %d, want %d", cols[c].Name, got, want.padded)
+			t.Errorf("default: column %q stride %d, want %d", cols[c].Name, got, want.padded)
+		}
+		if got := packed.BlockStride(c); got != want.packed {
+			t.Errorf("packed: column %q stride %d, want %d", cols[c].Name, got, want.packed)
 		}
 		for i := range 40 {
+			if off := padded.BlockOffset(c, i); off%64 != 0 {
+				t.Errorf("default: column %q block %d at %d: not 64-aligned", cols[c].Name, i, off)
+			}
 			off, n := packed.BlockOffset(c, i), packed.BlockBytes(c)
-			if n <= 64 && off/64 != (off+n-1)/64 || n >= 64 && off%64 != 0 {
-				t.Errorf("default alignment: column %q block %d at %d, %d bytes: straddles a cache line or starts off one", cols[c].Name, i, off, n)
+			if n < 64 && off/64 != (off+n-1)/64 || n >= 64 && off%64 != 0 {
+				t.Errorf("packed: column %q block %d at %d, %d bytes: straddles a cache line or starts off one", cols[c].Name, i, off, n)
 			}
 		}
 	}
 	ctx := context.Background()
-	for _, s := range []*store.Shard{packed, padded} {
-		a, err := store.Attach(ctx, s.Name(), store.WithSpec(store.Spec{Capacity: 40, Columns: cols}))
-		if err != nil {
-			t.Fatalf("attach with the default alignment to %q: %v", s.Name(), err)
-		}
-		if a.BlockStride(0) != s.BlockStride(0) {
-			t.Errorf("attached with the default alignment: stride %d, the shard's %d", a.BlockStride(0), s.BlockStride(0))
-		}
-		a.Close()
+	a, err := store.Attach(ctx, packed.Name(), store.WithSpec(store.Spec{Capacity: 40, Columns: cols, Packed: true}))
+	if err != nil {
+		t.Fatal(err)
 	}
-	_, err := store.Attach(ctx, packed.Name(), store.WithSpec(store.Spec{Capacity: 40, Columns: cols, BlockAlign: 64}))
-	if !errors.Is(err, store.ErrLayout) || !strings.Contains(err.Error(), "block alignment: shard has the default, spec has 64") {
-		t.Fatalf("attach asking for 64-byte alignment of a packed shard: %v", err)
+	a.Close()
+	_, err = store.Attach(ctx, packed.Name(), store.WithSpec(store.Spec{Capacity: 40, Columns: cols}))
+	if !errors.Is(err, store.ErrLayout) || !strings.Contains(err.Error(), "packed blocks: shard has true, spec has false") {
+		t.Fatalf("attach to a packed shard with an unpacked spec: %v", err)
 	}
 }
 

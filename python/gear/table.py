@@ -60,8 +60,8 @@ def _toml_value(v):
 def table_spec(trajectory_length=1, **table):
     """A job spec's [table] section as TOML, from its keys (the job spec's
     names: name, capacity, trajectory_length, sampler, priority_exponent,
-    remover, max_times_sampled, columns as a list of dicts with name, dtype and
-    shape, rate_limiter as a dict with kind, min_size_to_sample,
+    remover, max_times_sampled, packed, columns as a list of dicts with name,
+    dtype and shape, rate_limiter as a dict with kind, min_size_to_sample,
     samples_per_insert, error_buffer). gear checks the names and numbers
     (jobs.Table.Build), not this function; trajectory_length defaults to 1
     here (a job spec must give it)."""

@@ -23,6 +23,7 @@ def test_bench_runs_every_case(gear):
             p.kill()
             p.wait()
     assert p.returncode == 0, err
+    assert "table capacity 4096, packed," in out, out  # its tables pack the scalar columns
     for case in ("insert, one row a call, full table", "into a table with room", "insert_batch, 256 rows a call",
                  "sample+collect, batches of 256", "the same, new arrays each call"):
         m = re.search(re.escape(case) + r"\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)", out)

@@ -192,6 +192,35 @@ def test_zero_copy_between_processes(gear, make_table):
         assert not v.flags.owndata
 
 
+def test_packed_columns(gear, make_table):
+    """packed=True: the 4-byte columns of consecutive rows lie 4 bytes apart
+    in the shard (64 without it); a writer in another process fills them,
+    and samples collect and view them as from an unpacked table."""
+    cols = [{"name": "obs", "dtype": "float32", "shape": [3]}, {"name": "a", "dtype": "int32"},
+            {"name": "r", "dtype": "float32"}]
+    for packed, stride in ((False, 64), (True, 4)):
+        t = make_table(columns=cols, capacity=64, packed=packed)
+        assert t.columns["a"].rows.strides[0] == stride
+        assert t.columns["obs"].rows.strides[0] == (16 if packed else 64)
+        code = textwrap.dedent(f"""
+            import sys; sys.path.insert(0, {PKG!r})
+            import numpy as np, gear
+            w = gear.Writer({t.segment!r})
+            for k in range(40):
+                w.insert(1.0, key=k, obs=np.full(3, k, np.float32), a=np.int32(-k), r=np.float32(k / 2))
+            w.close()
+        """)
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+        t.wait_admitted(10)
+        s = t.sample(32, timeout=5)
+        keys = s.keys.astype(np.int64)
+        assert (s.data["a"] == -keys).all() and (s.data["r"] == keys / 2).all()
+        assert (s.data["obs"] == keys[:, None]).all()
+        with t.sample(1, timeout=5, copy=False) as z:
+            k = int(z.keys[0])
+            assert z.view("a", 0) == -k and z.view("obs", 0).tolist() == [k] * 3
+
+
 def test_ctrl_c_during_blocked_sample(gear, make_table):
     t = make_table()
     segment = t.segment + ".c"
