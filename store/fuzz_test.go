@@ -28,6 +28,11 @@ func seedSpecs() []Spec {
 			{Name: "done", DType: Bool, Length: 5},
 			{Name: "a", DType: Int64, Shape: []int{1, 2, 3}, Length: 1},
 		}},
+		{Capacity: 5, Remover: RemoverLIFO, Packed: true, Columns: []Column{
+			{Name: "r", DType: Float32, Length: 1},
+			{Name: "pos", DType: Float32, Shape: []int{3}, Length: 1},
+			{Name: "obs", DType: Uint8, Shape: []int{70}, Length: 1},
+		}},
 	}
 }
 
