@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/gear-rl/gear/sample"
 	"github.com/gear-rl/gear/sample/reverb"
 	"github.com/gear-rl/gear/store"
+	"github.com/gear-rl/gear/store/storetest"
 )
 
 // tableDoc is a valid [table] over two ranks with the given lines added to
@@ -346,16 +346,10 @@ func TestTablePacked(t *testing.T) {
 		if r.built.Packed != packed {
 			t.Errorf("packed = %t: the store spec has Packed %t", packed, r.built.Packed)
 		}
-		s, err := store.Create(fmt.Sprintf("gear-jobs-packed-%d-%t", os.Getpid(), packed), r.built)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := storetest.Create(t, r.built)
 		want := map[bool]int{false: 64, true: 16}[packed] // "x": 4 steps of an int32
 		if got := s.BlockStride(1); got != want {
 			t.Errorf("packed = %t: column x at a stride of %d, want %d", packed, got, want)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
 		}
 	}
 }

@@ -90,14 +90,32 @@ func planColumns(s *store.Shard, columns []string, w Window) ([]colPlan, error) 
 
 // copyItem copies one row's blocks (blocks[i] for plans[i]) into item k of dst.
 func copyItem(plans []colPlan, dst [][]byte, k int, block func(col int) []byte) {
-	for i, p := range plans {
+	for i := range plans {
+		p := &plans[i]
 		ib := p.itemBytes()
-		out := dst[i][k*ib : (k+1)*ib]
-		src := block(p.col)
-		n := p.avail * p.frameBytes
-		copy(out[p.readAt:p.readAt+n], src[p.first*p.frameBytes:])
-		clear(out[p.zeroAt : p.zeroAt+ib-n])
+		p.copyBlock(dst[i][k*ib:(k+1)*ib], block(p.col))
 	}
+}
+
+// copyBlock copies the window of block src into out (one item of the
+// column's buffer), with its padding. A block read whole is one copy, and a
+// scalar of 4 or 8 bytes (rewards, actions, flags) one move rather than a
+// call.
+func (p *colPlan) copyBlock(out, src []byte) {
+	if p.first == 0 && p.avail == p.frames {
+		switch len(out) {
+		case 4:
+			*(*[4]byte)(out) = *(*[4]byte)(src)
+		case 8:
+			*(*[8]byte)(out) = *(*[8]byte)(src)
+		default:
+			copy(out, src)
+		}
+		return
+	}
+	n := p.avail * p.frameBytes
+	copy(out[p.readAt:p.readAt+n], src[p.first*p.frameBytes:])
+	clear(out[p.zeroAt : p.zeroAt+len(out)-n])
 }
 
 // parallelCopyBytes is the batch size from which collection copies rows from

@@ -20,6 +20,21 @@ func specTable(tb testing.TB, spec store.Spec, cfg Config) *ShardTable {
 	return st
 }
 
+// planBuffers plans the collection of cols from st (no window) and makes
+// the buffers of a batch of n items.
+func planBuffers(tb testing.TB, st *ShardTable, cols []string, n int) (*CollectPlan, [][]byte) {
+	tb.Helper()
+	plan, err := st.PlanCollect(cols, Window{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dst := make([][]byte, len(cols))
+	for i := range dst {
+		dst[i] = make([]byte, n*plan.ItemBytes(i))
+	}
+	return plan, dst
+}
+
 // pythonBenchTable is a table of python/bench.py's 400-byte rows: a full
 // 100,000 with a FIFO remover, over a shard with 4,096 rows to spare, its
 // small columns packed as bench.py's are (packed false: 64 bytes each).
@@ -53,14 +68,7 @@ func BenchmarkCollectBatch(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		plan, err := st.PlanCollect(cols, Window{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		dst := make([][]byte, len(cols))
-		for i := range dst {
-			dst[i] = make([]byte, n*plan.ItemBytes(i))
-		}
+		plan, dst := planBuffers(b, st, cols, n)
 		var batch Batch
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
@@ -97,11 +105,7 @@ func TestCollectBatchAllocates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	plan, err := st.PlanCollect([]string{"obs", "action"}, Window{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := [][]byte{make([]byte, 256*plan.ItemBytes(0)), make([]byte, 256*plan.ItemBytes(1))}
+	plan, dst := planBuffers(t, st, []string{"obs", "action"}, 256)
 	var batch Batch
 	run := func() {
 		if err := st.SampleInto(ctx, &batch, 256); err != nil {

@@ -145,27 +145,10 @@ func (st *ShardTable) copyHeld(idx int, plans []colPlan, dst [][]byte, k int) er
 }
 
 // copyView is copyItem reading v's blocks (no method value made per row).
-// A column read whole (no window) is one copy, and the scalars of 4 and 8
-// bytes (rewards, actions, flags) are one move each rather than a call.
 func copyView(plans []colPlan, dst [][]byte, k int, v store.View) {
 	for i := range plans {
 		p := &plans[i]
 		ib := p.itemBytes()
-		out := dst[i][k*ib : (k+1)*ib]
-		src := v.Block(p.col)
-		if p.first == 0 && p.avail == p.frames {
-			switch ib {
-			case 4:
-				*(*[4]byte)(out) = *(*[4]byte)(src)
-			case 8:
-				*(*[8]byte)(out) = *(*[8]byte)(src)
-			default:
-				copy(out, src)
-			}
-			continue
-		}
-		n := p.avail * p.frameBytes
-		copy(out[p.readAt:p.readAt+n], src[p.first*p.frameBytes:])
-		clear(out[p.zeroAt : p.zeroAt+ib-n])
+		p.copyBlock(dst[i][k*ib:(k+1)*ib], v.Block(p.col))
 	}
 }

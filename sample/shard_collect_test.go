@@ -17,14 +17,7 @@ func TestCollectBatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := st.PlanCollect(testColumns, Window{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bufs := make([][]byte, len(testColumns))
-	for c := range bufs {
-		bufs[c] = make([]byte, 3*p.ItemBytes(c))
-	}
+	p, bufs := planBuffers(t, st, testColumns, 3)
 	var b Batch
 	for round := range 2 {
 		if err := st.SampleInto(ctx, &b, 3); err != nil {

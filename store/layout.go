@@ -48,7 +48,8 @@ const (
 	offFIFOClaim = 384
 	offEnc       = 1024
 	maxEncLen    = 16 << 10
-	encVersion   = 2 // 1 for specs without Packed (what version 1 held), 2 with it
+	encPlain     = 1 // the encoding of a spec without Packed (all there was before it)
+	encVersion   = 2 // the newest: a packed spec's, encPlain's with a flags byte at the end
 	statusStride = 64
 	maxSlots     = 1024 // slot 0 means "no writer"
 	pinSlots     = 64   // slots with a pin journal (handles in later slots have none)
@@ -155,7 +156,7 @@ func encodeSpec(s Spec) []byte {
 	// A spec without Packed keeps version 1, so that the segments and
 	// checkpoints written before Packed existed still read as canonical, and a
 	// build that predates it refuses a packed shard rather than misread it.
-	v := byte(1)
+	v := byte(encPlain)
 	if s.Packed {
 		v = encVersion
 	}
@@ -231,8 +232,8 @@ func (r *specReader) u64() uint64 {
 func decodeSpec(b []byte) (Spec, error) {
 	r := &specReader{b: b}
 	v := r.u8()
-	if r.err == nil && (v < 1 || v > encVersion) {
-		return Spec{}, fmt.Errorf("store: spec encoding version %d, want 1 to %d", v, encVersion)
+	if r.err == nil && (v < encPlain || v > encVersion) {
+		return Spec{}, fmt.Errorf("store: spec encoding version %d, want %d to %d", v, encPlain, encVersion)
 	}
 	var s Spec
 	s.BlockAlign = r.u32()
@@ -260,7 +261,7 @@ func decodeSpec(b []byte) (Spec, error) {
 		col.Length = r.u32()
 		s.Columns = append(s.Columns, col)
 	}
-	if v == 2 && r.err == nil {
+	if v == encVersion && r.err == nil {
 		if f := r.u8(); r.err == nil && f != flagPacked {
 			return Spec{}, fmt.Errorf("store: spec encoding flags %#x, want %#x", f, flagPacked)
 		}
