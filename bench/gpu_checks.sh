@@ -99,7 +99,7 @@ run() {
 		-test.run 'Twin|RingAcrossProcesses|MatchesCPU$|Errors$|OnGPU|NCCLOnGPU' &
 	check nccl 150 bin/nccl.test -test.v -test.run 'OnGPU' &
 	check sample 150 bin/sample.test -test.v -test.skip '/fake' -test.run \
-		'^Test(CollectDeviceMatchesCollect|CollectDeviceLargeRows|DeviceSelectionMatchesTwin|DeviceSelectionEqualsSumTree|DeviceTopMatchesHeap|DistributedCollectDeviceOnGPUs)$' &
+		'^Test(CollectDeviceMatchesCollect|CollectDeviceByCopies|CollectDeviceLargeRows|DeviceSelectionMatchesTwin|DeviceSelectionEqualsSumTree|DeviceTopMatchesHeap|DistributedCollectDeviceOnGPUs)$' &
 	check gpulearn 150 bin/gpulearn.test -test.v -test.skip '/fake' &
 	wait
 

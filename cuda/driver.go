@@ -14,7 +14,7 @@ type driverFuncs struct {
 	cuMemAlloc, cuMemFree, cuMemAllocHost, cuMemHostAlloc, cuMemFreeHost  uintptr
 	cuMemHostRegister, cuMemHostUnregister, cuMemHostGetDevicePointer     uintptr
 	cuMemcpyHtoD, cuMemcpyDtoH, cuMemcpyHtoDAsync, cuMemcpyDtoHAsync      uintptr
-	cuMemcpyDtoDAsync, cuMemsetD8Async                                    uintptr
+	cuMemcpyDtoDAsync, cuMemsetD8Async, cuMemcpyBatchAsync                uintptr
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamQuery, cuStreamSynchronize   uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery            uintptr
@@ -51,6 +51,7 @@ func (f *driverFuncs) symbols() []symbol {
 		sym(&f.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
 		sym(&f.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
 		sym(&f.cuMemsetD8Async, "cuMemsetD8Async"),
+		optSym(&f.cuMemcpyBatchAsync, "cuMemcpyBatchAsync"), // 12.8's form, with failIdx; kept by 13's drivers
 		sym(&f.cuModuleLoadData, "cuModuleLoadData"),
 		sym(&f.cuModuleUnload, "cuModuleUnload"),
 		sym(&f.cuModuleGetFunction, "cuModuleGetFunction"),

@@ -18,6 +18,10 @@ var ErrNoNCCL = errors.New("cuda: no NCCL")
 // ErrClosed reports a call on a Device, Gatherer, Sampler or NCCLComm after Close.
 var ErrClosed = errors.New("cuda: closed")
 
+// ErrNotSupported reports a call the loaded driver does not offer (an entry
+// point newer than the driver, such as cuMemcpyBatchAsync before CUDA 12.8).
+var ErrNotSupported = errors.New("cuda: not supported by this driver")
+
 // ErrAborted reports an NCCL communicator that was aborted (by a cancelled
 // context, a lost peer, an asynchronous NCCL error, or Abort). The communicator
 // cannot be used again; the error of the operation that aborted it wraps both

@@ -201,6 +201,7 @@ type Gatherer struct {
 	last    Stream    // the stream of the last call
 	pending bool      // the events have been recorded and may not have passed
 	closed  bool
+	copies  *CopyBatch // GatherCopies' list
 }
 
 // NewGatherer creates a Gatherer on dev. Close releases its buffers.
@@ -291,6 +292,43 @@ func (g *Gatherer) Gather(ctx context.Context, s Stream, dst, table DevicePtr, i
 	}
 	g.pending, g.last = true, s
 	return nil
+}
+
+// GatherCopies is Gather through the copy engines instead of the kernel: one
+// batched copy (CopyBatchAsync) of the rows' windows, after a fill of dst with
+// zeros when spec pads the rows. It needs a driver of CUDA 12.8 or later
+// (Device.CanCopyBatch) and a created stream; table is registered host memory
+// (its device pointer) or device memory. The host reads indices and offsets
+// during the call and keeps nothing of them, so GatherCopies never waits.
+//
+// Errors: Gather's; ErrNotSupported; the legacy default stream.
+func (g *Gatherer) GatherCopies(s Stream, dst, table DevicePtr, indices []int64, offsets []int, spec GatherSpec) error {
+	l, err := spec.resolve(offsets != nil)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return fmt.Errorf("%w: gatherer", ErrClosed)
+	}
+	if g.copies == nil {
+		g.copies = new(CopyBatch)
+	}
+	b := g.copies
+	b.Reset()
+	if err := b.AddGather(dst, table, indices, offsets, spec); err != nil {
+		return err
+	}
+	if len(indices) == 0 {
+		return nil
+	}
+	if l.copy != l.row {
+		if err := g.dev.MemsetAsync(dst, 0, int(int64(len(indices))*l.row), s); err != nil {
+			return err
+		}
+	}
+	return g.dev.CopyBatchAsync(s, b)
 }
 
 // waitDone waits for the last kernel, before its buffers are replaced.

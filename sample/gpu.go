@@ -51,7 +51,25 @@ type deviceTables struct {
 	pending bool         // done was recorded and may not have passed
 	pins    []store.View // the rows read by the work before done, pinned here
 	closed  bool
+	copies  bool            // CollectDevice gathers through the copy engines (GatherByCopies)
+	batch   *cuda.CopyBatch // their copies, one run at a time
 }
+
+// DeviceOption configures RegisterDevice.
+type DeviceOption func(*deviceConfig)
+
+type deviceConfig struct {
+	copies bool
+}
+
+// GatherByCopies makes CollectDevice move the rows with the device's copy
+// engines, one batched copy (cuda.Device.CopyBatchAsync) for each run of rows,
+// instead of the gather kernel: no index upload and no kernel, the rows still
+// read straight from the shard's registered memory. It needs a driver of CUDA
+// 12.8 or later (RegisterDevice fails with cuda.ErrNotSupported otherwise); a
+// collection on the legacy default stream (0), which the driver refuses for
+// batches, uses the kernel.
+func GatherByCopies() DeviceOption { return func(c *deviceConfig) { c.copies = true } }
 
 // registerTables pins and maps every column table of st's shard for dev,
 // checking ctx before each table (pinning a large one takes a while).
@@ -82,17 +100,27 @@ func registerTables(ctx context.Context, st *ShardTable, dev *cuda.Device) (*dev
 
 // RegisterDevice pins every column table of the shard in this process and maps it
 // for dev (cuMemHostRegister, portable and mapped), once, so that CollectDevice
-// reads sampled rows with the zero-copy gather kernel. Pinning takes time in
-// proportion to the tables' size: ctx is checked before each table, and when it
-// ends the tables pinned so far are unpinned again. Registering again with the
-// same device does nothing; another device is refused. UnregisterDevice, or
-// Close, undoes it: close the table before the device and the shard.
+// reads sampled rows with the zero-copy gather kernel (or, with GatherByCopies,
+// the copy engines). Pinning takes time in proportion to the tables' size: ctx
+// is checked before each table, and when it ends the tables pinned so far are
+// unpinned again. Registering again with the same device only takes the new
+// options; another device is refused. UnregisterDevice, or Close, undoes it:
+// close the table before the device and the shard.
 //
 // Errors: ErrClosed; the context's; the driver's (a table the driver cannot
-// pin, a closed device).
-func (st *ShardTable) RegisterDevice(ctx context.Context, dev *cuda.Device) error {
+// pin, a closed device); cuda.ErrNotSupported (GatherByCopies on a driver
+// without batched copies).
+func (st *ShardTable) RegisterDevice(ctx context.Context, dev *cuda.Device, opts ...DeviceOption) error {
 	if dev == nil {
 		return fmt.Errorf("sample: table %q: register device: no device (sample.OpenDevice opens one)", st.t.name)
+	}
+	var cfg deviceConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.copies && !dev.CanCopyBatch() {
+		return fmt.Errorf("sample: table %q: register device: gathering by copies: %w: cuMemcpyBatchAsync (the driver is CUDA %d; batches need 12.8)",
+			st.t.name, cuda.ErrNotSupported, dev.Driver().Version())
 	}
 	st.devMu.Lock()
 	defer st.devMu.Unlock()
@@ -103,6 +131,9 @@ func (st *ShardTable) RegisterDevice(ctx context.Context, dev *cuda.Device) erro
 	case closed:
 		return st.t.errClosed("register device")
 	case g != nil && g.dev == dev:
+		g.mu.Lock()
+		g.copies = cfg.copies
+		g.mu.Unlock()
 		return nil
 	case g != nil:
 		return fmt.Errorf("sample: table %q: registered with GPU %d already; UnregisterDevice first", st.t.name, g.dev.Ordinal())
@@ -111,6 +142,7 @@ func (st *ShardTable) RegisterDevice(ctx context.Context, dev *cuda.Device) erro
 	if err != nil {
 		return err
 	}
+	g.copies, g.batch = cfg.copies, new(cuda.CopyBatch)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.closed {
@@ -310,22 +342,50 @@ func (p colPlan) readBytes() int { return p.avail * p.frameBytes }
 // window's padding (padded: item layout, p.itemBytes() per row) or without it
 // (packed: p.readBytes() per row).
 func (st *ShardTable) gatherFromShard(g *deviceTables, s cuda.Stream, dst cuda.DevicePtr, p colPlan, indices cuda.DevicePtr, rows int, padded bool) error {
+	spec, ok, err := st.gatherSpec(g, s, dst, p, rows, padded)
+	if !ok || err != nil {
+		return err
+	}
+	return g.dev.LaunchGather(s, dst, g.tables[p.col], indices, 0, rows, spec)
+}
+
+// copiesFromShard is gatherFromShard through the copy engines: it adds the
+// copies of rows (local row indices, from the host) to g.batch, after zeroing
+// dst's rows on s where the item layout pads them. The caller enqueues the
+// batch.
+func (st *ShardTable) copiesFromShard(g *deviceTables, s cuda.Stream, dst cuda.DevicePtr, p colPlan, rows []int64) error {
+	spec, ok, err := st.gatherSpec(g, s, dst, p, len(rows), true)
+	if !ok || err != nil {
+		return err
+	}
+	if spec.HeadPad+spec.TailPad > 0 {
+		if err := g.dev.MemsetAsync(dst, 0, len(rows)*p.itemBytes(), s); err != nil {
+			return err
+		}
+	}
+	return g.batch.AddGather(dst, g.tables[p.col], rows, nil, spec)
+}
+
+// gatherSpec is the gather of column plan p's window from the shard's table
+// (padded: with the item layout's padding). When the window reads nothing it
+// zeroes the padded items on s itself and reports !ok: nothing to gather.
+func (st *ShardTable) gatherSpec(g *deviceTables, s cuda.Stream, dst cuda.DevicePtr, p colPlan, rows int, padded bool) (cuda.GatherSpec, bool, error) {
 	n, ib := p.readBytes(), p.itemBytes()
 	if rows == 0 {
-		return nil
+		return cuda.GatherSpec{}, false, nil
 	}
 	if n == 0 {
 		if padded {
-			return g.dev.MemsetAsync(dst, 0, rows*ib, s)
+			return cuda.GatherSpec{}, false, g.dev.MemsetAsync(dst, 0, rows*ib, s)
 		}
-		return nil
+		return cuda.GatherSpec{}, false, nil
 	}
 	spec := cuda.GatherSpec{BlockBytes: st.shard.BlockStride(p.col), Capacity: st.shard.Capacity(), FrameBytes: 1,
 		Offset: p.first * p.frameBytes, Length: n}
 	if padded {
 		spec.HeadPad, spec.TailPad = p.readAt, ib-n-p.readAt
 	}
-	return g.dev.LaunchGather(s, dst, g.tables[p.col], indices, 0, rows, spec)
+	return spec, true, nil
 }
 
 // ItemBytes returns, for each column, the bytes one item takes in a collection
@@ -347,9 +407,9 @@ func (st *ShardTable) ItemBytes(columns []string, w Window) ([]int, error) {
 // CollectDevice is Collect into device memory: dst[i], device memory of at least
 // len(indices)*ItemBytes(columns, w)[i] bytes, receives column i's items in the
 // order of indices, laid out as Collect lays them out, padding included. The
-// gather kernel reads the rows over the bus straight from the shard's shared
-// memory, registered by RegisterDevice; each row is pinned until the kernel has
-// read it. The work runs on stream s, after the work already enqueued there, and
+// gather kernel (or the copy engines: GatherByCopies) reads the rows over the
+// bus straight from the shard's shared memory, registered by RegisterDevice;
+// each row is pinned until the device has read it. The work runs on stream s, after the work already enqueued there, and
 // CollectDevice returns once dst holds the items (or with an error).
 //
 // Ownership: dst is the caller's; CollectDevice writes it only from s, and not
@@ -398,9 +458,12 @@ func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cu
 	for k, idx := range indices {
 		rows[k] = int64(idx)
 	}
-	devIdx, err := g.upload(s, 0, rows)
-	if err != nil {
-		return fail(err)
+	copies := g.copies && s != 0 // the driver refuses batches on the legacy stream
+	var devIdx cuda.DevicePtr
+	if !copies {
+		if devIdx, err = g.upload(s, 0, rows); err != nil {
+			return fail(err)
+		}
 	}
 	rowBytes := 0
 	for _, p := range plans {
@@ -413,6 +476,18 @@ func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cu
 				return g.abandon(ctx, s, fmt.Errorf("%w (collect on device)", err))
 			}
 			g.pin(v, own)
+		}
+		if copies {
+			g.batch.Reset()
+			for i, p := range plans {
+				if err := st.copiesFromShard(g, s, dst[i].Add(start*p.itemBytes()), p, rows[start:start+n]); err != nil {
+					return fail(err)
+				}
+			}
+			if err := g.dev.CopyBatchAsync(s, g.batch); err != nil {
+				return fail(err)
+			}
+			continue
 		}
 		for i, p := range plans {
 			if err := st.gatherFromShard(g, s, dst[i].Add(start*p.itemBytes()), p, devIdx.Add(8*start), n, true); err != nil {

@@ -184,49 +184,107 @@ func compareDevice(dev *cuda.Device, dst []cuda.DevicePtr, want [][]byte, column
 	return nil
 }
 
-func TestCollectDeviceMatchesCollect(t *testing.T) {
-	onGPUs(t, func(t *testing.T, dev *cuda.Device, gpu bool) {
-		ctx := context.Background()
-		sh := storetest.Create(t, gpuSpec(48))
-		st, err := NewShardTable(sh, Config{Name: "gpu", Sampler: NewUniform(), Remover: NewFIFO()}, WithPollInterval(200*time.Microsecond))
+// collectTable makes a table of 40 items over a shard of gpuSpec(48),
+// registered with dev (opts), and 300 of its rows to collect, with repeats.
+func collectTable(t *testing.T, dev *cuda.Device, opts ...DeviceOption) (*store.Shard, *ShardTable, []int) {
+	t.Helper()
+	ctx := context.Background()
+	sh := storetest.Create(t, gpuSpec(48))
+	st, err := NewShardTable(sh, Config{Name: "gpu", Sampler: NewUniform(), Remover: NewFIFO()}, WithPollInterval(200*time.Microsecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := st.RegisterDevice(ctx, dev, opts...); err != nil {
+		t.Fatal(err)
+	}
+	var rows []int
+	for k := range uint64(40) {
+		ref, err := st.Insert(ctx, k, 1, fill(k))
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
-			if err := st.Close(); err != nil {
-				t.Error(err)
-			}
-		})
-		if err := st.RegisterDevice(ctx, dev); err != nil {
+		rows = append(rows, ref.Index)
+	}
+	r := rand.New(rand.NewPCG(7, 7))
+	idx := make([]int, 300) // many rows, with repeats
+	for i := range idx {
+		idx[i] = rows[r.IntN(len(rows))]
+	}
+	return sh, st, idx
+}
+
+// collectWindows checks CollectDevice against Collect through every window.
+func collectWindows(t *testing.T, st *ShardTable, dev *cuda.Device, s cuda.Stream, idx []int) {
+	t.Helper()
+	for _, w := range windows {
+		sizes, err := st.ItemBytes(gpuColumns, w)
+		if err != nil {
 			t.Fatal(err)
 		}
-		var rows []int
-		for k := range uint64(40) {
-			ref, err := st.Insert(ctx, k, 1, fill(k))
-			if err != nil {
-				t.Fatal(err)
-			}
-			rows = append(rows, ref.Index)
+		for i := range sizes {
+			sizes[i] *= len(idx)
 		}
-		r := rand.New(rand.NewPCG(7, 7))
-		idx := make([]int, 300) // many rows, with repeats
-		for i := range idx {
-			idx[i] = rows[r.IntN(len(rows))]
+		if err := collectBoth(context.Background(), st, dev, s, idx, gpuColumns, w, devBuffers(t, dev, sizes)); err != nil {
+			t.Fatal(err)
 		}
+	}
+}
+
+// TestCollectDeviceByCopies: with GatherByCopies the copy engines move the
+// rows (no kernel runs), with the items laid out as Collect lays them out; on
+// the legacy stream, which the driver refuses for batches, the kernel does
+// (the fake counts the launches).
+func TestCollectDeviceByCopies(t *testing.T) {
+	check := func(t *testing.T, dev *cuda.Device, launches func() int) {
+		counted := launches != nil
+		if !counted { // a real device counts no launches: the rows still must match
+			launches = func() int { return 0 }
+		}
+		sh, st, idx := collectTable(t, dev, GatherByCopies())
 		s := newStream(t, dev)
-		for _, w := range windows {
-			sizes, err := st.ItemBytes(gpuColumns, w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range sizes {
-				sizes[i] *= len(idx)
-			}
-			dst := devBuffers(t, dev, sizes)
-			if err := collectBoth(ctx, st, dev, s, idx, gpuColumns, w, dst); err != nil {
-				t.Fatal(err)
-			}
+		before := launches()
+		collectWindows(t, st, dev, s, idx)
+		if n := launches() - before; n != 0 {
+			t.Fatalf("%d kernel launches while gathering by copies", n)
 		}
+		sizes, _ := st.ItemBytes(gpuColumns, Window{})
+		for i := range sizes {
+			sizes[i] *= len(idx)
+		}
+		if err := collectBoth(context.Background(), st, dev, 0, idx, gpuColumns, Window{}, devBuffers(t, dev, sizes)); err != nil {
+			t.Fatalf("on the legacy stream: %v", err)
+		}
+		if counted && launches() == before {
+			t.Fatal("no kernel on the legacy stream")
+		}
+		if p := sh.Stats().Pinned; p != 0 {
+			t.Fatalf("%d rows still pinned", p)
+		}
+	}
+	t.Run("fake", func(t *testing.T) {
+		f := openFakeGPU(t)
+		check(t, f.device(t, 0), f.cu.Launches)
+	})
+	t.Run("gpu", func(t *testing.T) {
+		dev := realGPU(t)
+		if !dev.CanCopyBatch() {
+			t.Skipf("the driver (CUDA %d) has no cuMemcpyBatchAsync", dev.Driver().Version())
+		}
+		check(t, dev, nil)
+	})
+}
+
+func TestCollectDeviceMatchesCollect(t *testing.T) {
+	onGPUs(t, func(t *testing.T, dev *cuda.Device, gpu bool) {
+		ctx := context.Background()
+		sh, st, idx := collectTable(t, dev)
+		s := newStream(t, dev)
+		collectWindows(t, st, dev, s, idx)
 		// Columns in another order, and one of them twice.
 		cols := []string{"meta", "rgb", "obs", "rgb"}
 		w := Window{Offset: 1, Length: 3}

@@ -162,8 +162,9 @@ func timeEvents(ctx context.Context, dev *cuda.Device, s cuda.Stream, reps int, 
 	return median(secs), nil
 }
 
-// benchGather times the gather kernel over a registered table, and the pinned
-// copy of the same bytes, which it returns.
+// benchGather times the gather kernel over a registered table, the same
+// gather through the copy engines (where the driver has batched copies), and
+// the pinned copy of the same bytes, which it returns.
 func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream) (float64, error) {
 	// The column table: shared memory as a shard maps it, registered mapped.
 	table, err := unix.Mmap(-1, 0, c.capacity*c.blockBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_ANONYMOUS)
@@ -226,20 +227,47 @@ func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, 
 	if err != nil {
 		return 0, err
 	}
-	gbps, cbps := float64(total)/gatherSecs, float64(total)/copySecs
+	cbps := float64(total) / copySecs
 	if err := e.emit(kv{"bench", "gpu"}, kv{"op", "pinned_copy"}, kv{"bytes", total}, kv{"seconds", copySecs}, kv{"bytes_per_s", cbps}); err != nil {
 		return 0, err
 	}
-	return copySecs, e.emit(kv{"bench", "gpu"}, kv{"op", "gather"}, kv{"blocks", c.blocks}, kv{"block_bytes", c.blockBytes},
-		kv{"bytes", total}, kv{"seconds", gatherSecs}, kv{"bytes_per_s", gbps}, kv{"of_pinned_copy", gbps / cbps})
+	emitGather := func(op string, secs float64) error {
+		bps := float64(total) / secs
+		return e.emit(kv{"bench", "gpu"}, kv{"op", op}, kv{"blocks", c.blocks}, kv{"block_bytes", c.blockBytes},
+			kv{"bytes", total}, kv{"seconds", secs}, kv{"bytes_per_s", bps}, kv{"of_pinned_copy", bps / cbps})
+	}
+	if err := emitGather("gather", gatherSecs); err != nil {
+		return 0, err
+	}
+	if !dev.CanCopyBatch() {
+		return copySecs, nil
+	}
+	// The same gather through the copy engines: one batched copy.
+	if err := dev.MemsetAsync(dst, 0, total, s); err != nil {
+		return 0, err
+	}
+	copiesSecs, err := timeEvents(ctx, dev, s, c.reps, func() error {
+		return g.GatherCopies(s, dst, tdev, idx, nil, spec)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := dev.CopyDtoH(got, dst); err != nil {
+		return 0, err
+	}
+	if !slices.Equal(got, want) {
+		return 0, fmt.Errorf("gather by copies: the GPU's rows differ from the CPU twin's")
+	}
+	return copySecs, emitGather("gather_copies", copiesSecs)
 }
 
 // benchCollectDevice times the product path of the same collection: a store
 // shard of --capacity rows of one --block-bytes column, a sample.ShardTable over
 // it registered with the device, and ShardTable.CollectDevice of --blocks random
 // rows into device memory (pinning the rows, uploading their indices, the gather
-// kernel, waiting for it). seconds is event-timed, as the gather's is;
-// wall_seconds includes the host's part.
+// kernel, waiting for it), then the same with sample.GatherByCopies (the copy
+// engines instead of the kernel) where the driver has batched copies. seconds
+// is event-timed, as the gather's is; wall_seconds includes the host's part.
 func benchCollectDevice(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream, copySecs float64) error {
 	spec := store.Spec{Capacity: c.capacity, Remover: store.RemoverNone, Columns: []store.Column{
 		{Name: "traj", DType: store.Uint8, Shape: []int{c.blockBytes}, Length: 1},
@@ -271,9 +299,6 @@ func benchCollectDevice(ctx context.Context, e emitter, c gpuConfig, dev *cuda.D
 	}
 	r.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
 	idx := rows[:min(c.blocks, len(rows))]
-	if err := st.RegisterDevice(ctx, dev); err != nil {
-		return err
-	}
 	total := len(idx) * c.blockBytes
 	dst, err := dev.Alloc(total)
 	if err != nil {
@@ -281,32 +306,52 @@ func benchCollectDevice(ctx context.Context, e emitter, c gpuConfig, dev *cuda.D
 	}
 	defer dev.Free(dst)
 	cols := []string{"traj"}
-	collect := func() error {
-		return st.CollectDevice(ctx, s, []cuda.DevicePtr{dst}, idx, cols, sample.Window{})
-	}
-	secs, err := timeEvents(ctx, dev, s, c.reps, collect)
-	if err != nil {
-		return err
-	}
-	wall, err := timeWall(c.reps, collect)
-	if err != nil {
-		return err
-	}
-	got := make([]byte, total)
-	if err := dev.CopyDtoH(got, dst); err != nil {
-		return err
-	}
 	want, err := st.Collect(ctx, idx, cols, sample.Window{})
 	if err != nil {
 		return err
 	}
-	if !slices.Equal(got, want[0]) {
-		return fmt.Errorf("collect on device: the GPU's rows differ from sample.Collect's")
+	// The gather kernel (the default), then the copy engines (GatherByCopies)
+	// where the driver has batched copies.
+	ways := []struct {
+		op   string
+		opts []sample.DeviceOption
+	}{{"collect_device", nil}, {"collect_device_copies", []sample.DeviceOption{sample.GatherByCopies()}}}
+	if !dev.CanCopyBatch() {
+		ways = ways[:1]
 	}
-	bps, cbps := float64(total)/secs, float64(total)/copySecs
-	return e.emit(kv{"bench", "gpu"}, kv{"op", "collect_device"}, kv{"blocks", len(idx)}, kv{"block_bytes", c.blockBytes},
-		kv{"bytes", total}, kv{"seconds", secs}, kv{"bytes_per_s", bps}, kv{"of_pinned_copy", bps / cbps},
-		kv{"wall_seconds", wall}, kv{"wall_of_pinned_copy", float64(total) / wall / cbps})
+	for _, way := range ways {
+		if err := st.RegisterDevice(ctx, dev, way.opts...); err != nil {
+			return err
+		}
+		if err := dev.MemsetAsync(dst, 0, total, s); err != nil {
+			return err
+		}
+		collect := func() error {
+			return st.CollectDevice(ctx, s, []cuda.DevicePtr{dst}, idx, cols, sample.Window{})
+		}
+		secs, err := timeEvents(ctx, dev, s, c.reps, collect)
+		if err != nil {
+			return err
+		}
+		wall, err := timeWall(c.reps, collect)
+		if err != nil {
+			return err
+		}
+		got := make([]byte, total)
+		if err := dev.CopyDtoH(got, dst); err != nil {
+			return err
+		}
+		if !slices.Equal(got, want[0]) {
+			return fmt.Errorf("%s: the GPU's rows differ from sample.Collect's", way.op)
+		}
+		bps, cbps := float64(total)/secs, float64(total)/copySecs
+		if err := e.emit(kv{"bench", "gpu"}, kv{"op", way.op}, kv{"blocks", len(idx)}, kv{"block_bytes", c.blockBytes},
+			kv{"bytes", total}, kv{"seconds", secs}, kv{"bytes_per_s", bps}, kv{"of_pinned_copy", bps / cbps},
+			kv{"wall_seconds", wall}, kv{"wall_of_pinned_copy", float64(total) / wall / cbps}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sampleWeights returns n seeded float32 weights, one in ten of them zero.

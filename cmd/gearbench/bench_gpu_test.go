@@ -51,14 +51,18 @@ func TestBenchGPUOnFakeDriver(t *testing.T) {
 			t.Errorf("line %v lacks bench=gpu", l)
 		}
 	}
-	if strings.Join(ops, ",") != "device,pinned_copy,gather,collect_device,weighted_sample,topk" {
+	if strings.Join(ops, ",") != "device,pinned_copy,gather,gather_copies,collect_device,collect_device_copies,weighted_sample,topk" {
 		t.Fatalf("ops %v", ops)
 	}
-	if g := lines[2]; g["bytes"] != 8*4096.0 || g["of_pinned_copy"] == nil {
-		t.Errorf("gather line %v", g)
+	for _, g := range lines[2:4] {
+		if g["bytes"] != 8*4096.0 || g["of_pinned_copy"] == nil {
+			t.Errorf("%s line %v", g["op"], g)
+		}
 	}
-	if g := lines[3]; g["bytes"] != 8*4096.0 || g["blocks"] != 8.0 || g["of_pinned_copy"] == nil || g["wall_of_pinned_copy"] == nil {
-		t.Errorf("collect_device line %v", g)
+	for _, g := range lines[4:6] {
+		if g["bytes"] != 8*4096.0 || g["blocks"] != 8.0 || g["of_pinned_copy"] == nil || g["wall_of_pinned_copy"] == nil {
+			t.Errorf("%s line %v", g["op"], g)
+		}
 	}
 }
 

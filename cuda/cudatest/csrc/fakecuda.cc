@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -968,6 +969,52 @@ CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, uintpt
     if (!stream_of(s)) return INVALID_HANDLE;
   }
   return copy_checked(dst, true, src, true, n, legacy(s));
+}
+
+// CUmemcpyAttributes_v1: how a batch's copies read their sources.
+struct MemcpyAttributes {
+  unsigned src_access_order;  // 1 stream, 2 during the call, 3 any
+  unsigned src_loc_type;
+  int src_loc_id;
+  unsigned dst_loc_type;
+  int dst_loc_id;
+  unsigned flags;  // CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE (1) only
+};
+
+// cuMemcpyBatchAsync (CUDA 12.8's form, with failIdx), as strict as the
+// driver: the legacy default stream is refused, every copy needs attributes
+// (attrsIdxs starts at 0 and rises, at most count of them) with a valid source
+// order, and each copy's ends must lie in memory CUDA knows (device memory,
+// or host memory it allocated or registered); failIdx names the copy that
+// failed, or SIZE_MAX when the batch as a whole is refused.
+CUresult cuMemcpyBatchAsync(const uintptr_t* dsts, const uintptr_t* srcs, const size_t* sizes, size_t count,
+                            const MemcpyAttributes* attrs, const size_t* attrs_idxs, size_t num_attrs,
+                            size_t* fail_idx, uintptr_t s) {
+  FAIL_POINT("cuMemcpyBatchAsync");
+  NEED_CONTEXT();
+  if (fail_idx != nullptr) *fail_idx = SIZE_MAX;
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  if (legacy(s)) return INVALID_VALUE;
+  if (!stream_of(s)) return INVALID_HANDLE;
+  if (count == 0 || dsts == nullptr || srcs == nullptr || sizes == nullptr || fail_idx == nullptr) return INVALID_VALUE;
+  if (num_attrs == 0 || num_attrs > count || attrs == nullptr || attrs_idxs == nullptr || attrs_idxs[0] != 0)
+    return INVALID_VALUE;
+  for (size_t a = 0; a < num_attrs; a++) {
+    if (a > 0 && (attrs_idxs[a] <= attrs_idxs[a - 1] || attrs_idxs[a] >= count)) return INVALID_VALUE;
+    if (attrs[a].src_access_order < 1 || attrs[a].src_access_order > 3 || (attrs[a].flags & ~1u) != 0)
+      return INVALID_VALUE;
+  }
+  auto known = [](uintptr_t p, size_t n) {
+    return device_range(p, n) || inside(g_host, p, n) || inside(g_reg, p, n);
+  };
+  for (size_t i = 0; i < count; i++) {
+    if (sizes[i] == 0 || !known(dsts[i], sizes[i]) || !known(srcs[i], sizes[i])) {
+      *fail_idx = i;
+      return INVALID_VALUE;
+    }
+  }
+  for (size_t i = 0; i < count; i++) memmove((void*)dsts[i], (const void*)srcs[i], sizes[i]);
+  return OK;
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, uintptr_t s) {
