@@ -527,7 +527,15 @@ func allToAllCase(c *collective.Comm, size int) *benchCase {
 // inherit it), as mpirun binds ranks to cores by default when there is a core
 // per rank: two spinning ranks left to the scheduler may share one core, each
 // burning its time slice while the other waits for the core.
+//
+// It keeps GOMAXPROCS as it was. The Go runtime (1.25 and later) follows the
+// process's CPU mask and would drop GOMAXPROCS to 1 within a second of the
+// pinning; then the rank's spinning wait holds the only P, and its reader and
+// timer goroutines wait for it. Beside two busy processes that cost gear's np=2
+// TCP AllReduce 8 B 52 µs against 43 kept, and 1 MiB 2.57 ms against 1.85
+// (docs/benchmarks.md, "TCP beside busy processes").
 func bindToCore(cpu int) error {
+	runtime.GOMAXPROCS(runtime.GOMAXPROCS(0)) // set: the runtime no longer follows the mask
 	var set unix.CPUSet
 	set.Set(cpu)
 	tasks, err := os.ReadDir("/proc/self/task")
