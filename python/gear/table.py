@@ -4,6 +4,7 @@
 import atexit
 import ctypes
 import json
+import keyword
 import os
 import sys
 import weakref
@@ -252,6 +253,61 @@ def _priority(p):
         raise _lib.InvalidArgument(f"gear: priority {p!r}: want a number") from None
 
 
+def _fast_insert(shard):
+    """shard's insert, written out for its columns (None where a column's name
+    cannot be a parameter): each column a keyword parameter rather than an
+    entry of **columns, checked and written without a loop. It behaves as
+    _Shard.insert, which it calls for anything but the common case (a key, a
+    missing or unknown column, a closed shard); every column is checked before
+    any is written. It holds the shard weakly, so that a dropped table still
+    closes at once."""
+    names = shard._order
+    if any(not n.isidentifier() or keyword.iskeyword(n) or n.startswith("__") or
+           n in ("priority", "key", "timeout") for n in names):
+        return None
+    g = {"__ref": weakref.ref(shard), "__miss": _MISSING, "__generic": _Shard.insert, "__nd": np.ndarray,
+         "__prio": _priority, "__num": (float, int, np.generic), "__given": _given}
+    params = ", ".join(f"{n}=__miss" for n in names)
+    missing = " or ".join(f"{n} is __miss" for n in names)
+    kwargs = ", ".join(f"{n}={n}" for n in names)
+    src = [f"def insert(priority=1.0, key=None, timeout=None, {params}, **__extra):",
+           "    __s = __ref()",
+           "    __h = __s._h",
+           f"    if __h is None or key is not None or __extra or {missing}:",
+           f"        return __generic(__s, priority, key, timeout, **__given(__extra, {kwargs}))"]
+    for i, n in enumerate(names):
+        view, at, dtype, shape, scalar, c = shard._stage[n]
+        g.update({f"__v{i}": view, f"__a{i}": at, f"__d{i}": dtype, f"__s{i}": shape, f"__t{i}": scalar, f"__c{i}": c})
+        src += [f"    __t = type({n})",
+                f"    if __t is not __t{i}:",
+                f"        if __t is not __nd or ({n}.dtype is not __d{i} and {n}.dtype != __d{i}) or {n}.shape != __s{i}:",
+                f"            {n} = __c{i}.check({n})"]
+    src += [f"    __v{i}[__a{i}] = {n}" for i, n in enumerate(names)]
+    src += ["    if priority != __s._staged_prio:",
+            "        __s._staged_prio = None",
+            "        __s._stage_prio[()] = __prio(priority)",
+            "        if isinstance(priority, __num):",
+            "            __s._staged_prio = priority  # immutable: the next call may compare with it",
+            "    __st = __s._put_staged(__h)",
+            "    if __st:  # not _lib.OK (0)",
+            "        __s._put_slow(__st, priority, key, timeout)"]
+    exec(compile("\n".join(src), f"<gear insert of {shard.segment}>", "exec"), g)
+    f = g.pop("insert")  # f holds g (its globals): g must not hold f
+    f.__doc__, f.__qualname__ = _Shard.insert.__doc__, f"{type(shard).__name__}.insert"
+    return f
+
+
+# A column not given to a generated insert.
+_MISSING = object()
+
+
+def _given(extra, **columns):
+    """The columns a generated insert was given, for _Shard.insert."""
+    cols = {k: v for k, v in columns.items() if v is not _MISSING}
+    cols.update(extra)
+    return cols
+
+
 class _Shard:
     """What owners and writers share: the layout, and inserting."""
 
@@ -292,6 +348,9 @@ class _Shard:
         self._put_staged = _lib.fast.gear_shard_put_staged
         self._stage_prio = self._stage_bytes[lay["stage_priority"]:lay["stage_priority"] + 8].view(np.float64).reshape(())
         self._staged_prio = None
+        fast = _fast_insert(self)
+        if fast is not None and type(self).insert is _Shard.insert:
+            self.insert = fast
 
     def _handle(self):
         if self._h is None:

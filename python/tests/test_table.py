@@ -385,3 +385,63 @@ def test_waiting_rows_of_a_queue(gear, make_table):
     assert q.sample(1, timeout=5).keys.tolist() == [0]
     assert [q.sample(1, timeout=5).keys[0] for _ in range(7)] == list(range(1, 8))
     assert q.info()["waiting"] == 0
+
+
+def test_generated_insert_behaves_as_insert(gear, make_table):
+    """A table's or writer's insert is written out for its columns (keyword
+    parameters, no loop over **columns) and must do what _Shard.insert does:
+    every kind of value lands in its column, a key, a missing or unknown
+    column and a closed table take the generic way with its errors, a bad
+    column commits nothing, and a dropped table still closes at once."""
+    import gc
+    from gear import table as T
+    cols = [{"name": "obs", "dtype": "float32", "shape": [3]}, {"name": "a", "dtype": "int32"},
+            {"name": "r", "dtype": "float64"}]
+    t = make_table(columns=cols, sampler="fifo", max_times_sampled=1)
+    assert "insert" in vars(t) and t.insert.__doc__ == T._Shard.insert.__doc__
+    t.insert(obs=np.array([1, 2, 3], np.float32), a=np.int32(1), r=0.5)
+    t.insert(2.0, obs=[4, 5, 6], a=2, r=np.float64(1.5))  # the priority by position
+    T._Shard.insert(t, obs=np.full(3, 7, np.float32), a=3, r=2.5)  # the generic insert, beside it
+    for bad, match in [(dict(a=5, r="x"), "'r'"), (dict(a=5.5, r=1.0), "'a'"), (dict(a=5, r=1.0, obs=np.zeros(3)), "'obs'.*dtype"),
+                       (dict(a=5), r"missing \['r'\]"), (dict(a=5, r=1.0, b=1), r"unknown \['b'\]")]:
+        kw = {"obs": np.zeros(3, np.float32), **bad}
+        with pytest.raises(ValueError, match=match):
+            t.insert(**kw)
+    t.insert(key=42, obs=np.full(3, 42, np.float32), a=42, r=42.0)  # a key: the generic way
+    w = gear.Writer(t.segment)
+    assert "insert" in vars(w)
+    w.insert(3.0, obs=np.full(3, 8, np.float32), a=np.int16(8), r=8)
+    w.close()
+    with pytest.raises(gear.Closed):
+        w.insert(obs=np.zeros(3, np.float32), a=0, r=0.0)
+    t.wait_admitted(10)
+    assert t.info()["commits"] == 5
+    got = [t.sample(1, timeout=5) for _ in range(5)]
+    assert [g.data["obs"][0].tolist() for g in got] == [[1, 2, 3], [4, 5, 6], [7, 7, 7], [42, 42, 42], [8, 8, 8]]
+    assert [int(g.data["a"][0]) for g in got] == [1, 2, 3, 42, 8]
+    assert [float(g.data["r"][0]) for g in got] == [0.5, 1.5, 2.5, 42.0, 8.0]
+    assert [float(g.priorities[0]) for g in got] == [1.0, 2.0, 1.0, 1.0, 3.0]
+    assert int(got[3].keys[0]) == 42
+    t.close()
+    with pytest.raises(gear.Closed):
+        t.insert(obs=np.zeros(3, np.float32), a=0, r=0.0)
+
+    # Names that cannot be parameters keep the generic insert.
+    k = make_table(columns=[{"name": "class", "dtype": "int32"}, {"name": "__x", "dtype": "int32"}])
+    assert "insert" not in vars(k)
+    k.insert(**{"class": 1, "__x": 2})
+    k.wait_admitted(10)
+    assert len(k) == 1
+
+    # No reference cycle: a dropped table closes (and removes its segment)
+    # when its last reference goes, without the garbage collector.
+    seg = t.segment + ".drop"
+    gc.disable()
+    try:
+        d = gear.Table(name="d", columns=cols, capacity=4, segment=seg)
+        d.insert(obs=np.zeros(3, np.float32), a=0, r=0.0)
+        assert os.path.exists("/dev/shm/" + seg)
+        del d
+        assert not os.path.exists("/dev/shm/" + seg)
+    finally:
+        gc.enable()
