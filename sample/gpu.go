@@ -409,8 +409,9 @@ func (st *ShardTable) ItemBytes(columns []string, w Window) ([]int, error) {
 // order of indices, laid out as Collect lays them out, padding included. The
 // gather kernel (or the copy engines: GatherByCopies) reads the rows over the
 // bus straight from the shard's shared memory, registered by RegisterDevice;
-// each row is pinned until the device has read it. The work runs on stream s, after the work already enqueued there, and
-// CollectDevice returns once dst holds the items (or with an error).
+// each row is pinned until the device has read it. The work runs on stream s,
+// after the work already enqueued there, and CollectDevice returns once dst
+// holds the items (or with an error).
 //
 // Ownership: dst is the caller's; CollectDevice writes it only from s, and not
 // after it returns. If ctx ends while the device works, CollectDevice returns
