@@ -118,6 +118,11 @@ func (b *CopyBatch) AddGather(dst, table DevicePtr, indices []int64, offsets []i
 	if err != nil {
 		return err
 	}
+	return b.addGather(dst, table, indices, offsets, spec, l)
+}
+
+// addGather is AddGather with spec resolved to l.
+func (b *CopyBatch) addGather(dst, table DevicePtr, indices []int64, offsets []int, spec GatherSpec, l layout) error {
 	if err := l.check(spec, indices, offsets); err != nil {
 		return err
 	}

@@ -317,7 +317,7 @@ func (g *Gatherer) GatherCopies(s Stream, dst, table DevicePtr, indices []int64,
 	}
 	b := g.copies
 	b.Reset()
-	if err := b.AddGather(dst, table, indices, offsets, spec); err != nil {
+	if err := b.addGather(dst, table, indices, offsets, spec, l); err != nil {
 		return err
 	}
 	if len(indices) == 0 {

@@ -266,7 +266,7 @@ def _fast_insert(shard):
            n in ("priority", "key", "timeout") for n in names):
         return None
     g = {"__ref": weakref.ref(shard), "__miss": _MISSING, "__generic": _Shard.insert, "__nd": np.ndarray,
-         "__prio": _priority, "__num": (float, int, np.generic), "__given": _given}
+         "__given": _given}
     params = ", ".join(f"{n}=__miss" for n in names)
     missing = " or ".join(f"{n} is __miss" for n in names)
     kwargs = ", ".join(f"{n}={n}" for n in names)
@@ -284,10 +284,7 @@ def _fast_insert(shard):
                 f"            {n} = __c{i}.check({n})"]
     src += [f"    __v{i}[__a{i}] = {n}" for i, n in enumerate(names)]
     src += ["    if priority != __s._staged_prio:",
-            "        __s._staged_prio = None",
-            "        __s._stage_prio[()] = __prio(priority)",
-            "        if isinstance(priority, __num):",
-            "            __s._staged_prio = priority  # immutable: the next call may compare with it",
+            "        __s._stage_priority(priority)",
             "    __st = __s._put_staged(__h)",
             "    if __st:  # not _lib.OK (0)",
             "        __s._put_slow(__st, priority, key, timeout)"]
@@ -396,15 +393,20 @@ class _Shard:
             view[at] = v
         if key is None:
             if priority != self._staged_prio:
-                self._staged_prio = None
-                self._stage_prio[()] = _priority(priority)
-                if isinstance(priority, (float, int, np.generic)):
-                    self._staged_prio = priority  # immutable: the next call may compare with it
+                self._stage_priority(priority)
             st = self._put_staged(h)
         else:
             st = self._put(h, 0, 1, _lib.integer("insert: key", key), _priority(priority), None)
         if st:  # not _lib.OK (0)
             self._put_slow(st, priority, key, timeout)
+
+    def _stage_priority(self, priority):
+        """Write priority into the staging row, where gear_shard_put_staged
+        reads it; insert calls this only when the priority changes."""
+        self._staged_prio = None
+        self._stage_prio[()] = _priority(priority)
+        if isinstance(priority, (float, int, np.generic)):
+            self._staged_prio = priority  # immutable: the next call may compare with it
 
     def _put_slow(self, st, priority, key, timeout):
         """insert's path when no row is free at once: the staging row's copy
