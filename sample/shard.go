@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +42,19 @@ type ShardTable struct {
 	reattached int // the registration with a device, if any
 
 	devMu sync.Mutex // serialises RegisterDevice, UnregisterDevice and Close's unregistration
+
+	// While ingest admits a pass of commits, the items the table deletes
+	// (its evictions, and any other deletion meanwhile) wait in freed, under
+	// the table's lock, and their rows go back to the shard at the end of the
+	// pass in the order of their rows (flushFreedLocked). Evictions come in
+	// commit order, which interleaves the writers' rows: given back so, each
+	// writer's next rows would lie between the other's, and two writers would
+	// share the cache lines of every packed column (16 rows of a float32 to a
+	// line). In row order the rows that writers take next are runs again.
+	deferring bool
+	freed     []Item
+	freedKeys []uint64 // flushFreedLocked's scratch
+	passNext  uint64   // during an ingest pass: the commit sequence admitted up to (0: none yet)
 
 	kick   chan struct{}
 	ctx    context.Context
@@ -118,6 +132,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 	}
 	t.rows = true
 	t.touchRows = func(rows []int) uint64 { return shard.Touch(rows, nil) }
+	t.beforeWait = st.flushPassLocked
 	t.m.SetShard(shard.Name())
 	st.t = t
 	st.reattached = st.admitExisting()
@@ -135,11 +150,79 @@ func (st *ShardTable) CheckPriority(key uint64, p float64) error { return st.t.c
 // Shard is the shard under the table.
 func (st *ShardTable) Shard() *store.Shard { return st.shard }
 
-// release gives an item's row back to the shard (the table's OnDelete).
+// release gives an item's row back to the shard (the table's OnDelete, called
+// with the table's lock held), at once or, during an ingest pass, at its end.
 func (st *ShardTable) release(it Item) {
+	if st.deferring {
+		st.freed = append(st.freed, it)
+		return
+	}
+	st.releaseNow(it)
+}
+
+func (st *ShardTable) releaseNow(it Item) {
 	_ = st.shard.Release(store.Ref{Index: it.Index, Seq: it.Seq})
 	if st.hook != nil {
 		st.hook(it)
+	}
+}
+
+// flushFreedLocked gives the rows of the items deleted so far in this pass
+// back to the shard, in the order of their rows (the table's lock held). The
+// table also calls it before any of its calls waits, so that no row stays out
+// of the shard while admission waits on the rate limiter.
+func (st *ShardTable) flushFreedLocked() {
+	if len(st.freed) == 0 {
+		return
+	}
+	keys := st.freedKeys[:0]
+	for i, it := range st.freed {
+		keys = append(keys, uint64(it.Index)<<32|uint64(i))
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		st.releaseNow(st.freed[uint32(k)])
+	}
+	clear(st.freed)
+	st.freed, st.freedKeys = st.freed[:0], keys[:0]
+}
+
+// admitPass admits rows, one ingest pass, under one hold of the table's lock
+// (which an admission waiting on the rate limiter gives up while it waits),
+// with their evictions' rows given back at its end (see freed). It returns
+// false when the table is closing.
+func (st *ShardTable) admitPass(rows []store.RowStatus) bool {
+	if len(rows) == 0 {
+		return true
+	}
+	st.t.mu.Lock()
+	defer st.t.mu.Unlock()
+	if len(rows) > 1 {
+		st.t.touchKeysLocked(rows)
+	}
+	st.deferring, st.passNext = true, 0
+	defer func() {
+		st.flushPassLocked()
+		st.deferring, st.passNext = false, 0
+	}()
+	for _, r := range rows {
+		if !st.admitLocked(r) {
+			return false
+		}
+		st.passNext = r.Seq + 1
+	}
+	return true
+}
+
+// flushPassLocked ends what a pass holds back so far (the table's lock held):
+// its freed rows go back to the shard, and the commit sequence it admitted up
+// to is published to WaitAdmitted. The table calls it before any of its calls
+// waits, so that nothing is held back while admission waits on the rate
+// limiter.
+func (st *ShardTable) flushPassLocked() {
+	st.flushFreedLocked()
+	if st.passNext != 0 {
+		st.advance(st.passNext)
 	}
 }
 
@@ -164,14 +247,8 @@ func (st *ShardTable) ingest() {
 			st.fail(err)
 			return
 		}
-		if len(rows) > 1 {
-			st.t.touchKeys(rows)
-		}
-		for _, r := range rows {
-			if !st.admit(r) {
-				return
-			}
-			st.advance(r.Seq + 1)
+		if !st.admitPass(rows) {
+			return
 		}
 		st.advance(next)
 		if next != from {
@@ -189,25 +266,30 @@ func (st *ShardTable) ingest() {
 	}
 }
 
-// touchKeys reads the key index's cells of the rows' keys, under the
-// table's lock, so that their admissions, one after another, find them in
-// the cache: each admission's look-up would otherwise wait for its own miss.
-func (t *Table) touchKeys(rows []store.RowStatus) {
+// touchKeysLocked reads the key index's cells of the rows' keys (t.mu held),
+// so that their admissions, one after another, find them in the cache: each
+// admission's look-up would otherwise wait for its own miss.
+func (t *Table) touchKeysLocked(rows []store.RowStatus) {
 	var x uint64
-	t.mu.Lock()
 	for i := range rows {
 		x += uint64(t.index.touch(rows[i].Key))
 	}
-	t.mu.Unlock()
 	loadSink.Add(x)
 }
 
 // admit inserts one committed row, waiting on the rate limiter. It returns false
 // when the table is closing.
 func (st *ShardTable) admit(r store.RowStatus) bool {
+	st.t.mu.Lock()
+	defer st.t.mu.Unlock()
+	return st.admitLocked(r)
+}
+
+// admitLocked is admit with the table's lock held.
+func (st *ShardTable) admitLocked(r store.RowStatus) bool {
 	it := Item{Key: r.Key, Ref: r.Seq, Priority: r.Priority, TimesSampled: int64(r.TimesSampled),
 		Seq: r.Seq, Inserted: r.InsertedAt, Index: r.Index}
-	added, err := st.t.insert(st.ctx, it, true)
+	added, err := st.t.insertLocked(st.ctx, it, true)
 	if err != nil {
 		if st.ctx.Err() != nil || errors.Is(err, ErrClosed) {
 			return false

@@ -25,6 +25,17 @@ func (st *ShardTable) admitExisting() int {
 		}
 	}
 	slices.SortFunc(rows, func(a, b store.RowStatus) int { return cmp.Compare(a.Seq, b.Seq) })
+	// The rows that these admissions evict go back in row order, as an
+	// ingest pass's do (see ShardTable.freed).
+	st.t.mu.Lock()
+	st.deferring = true
+	st.t.mu.Unlock()
+	defer func() {
+		st.t.mu.Lock()
+		st.flushFreedLocked()
+		st.deferring = false
+		st.t.mu.Unlock()
+	}()
 	n := 0
 	for _, r := range rows {
 		it := Item{Key: r.Key, Ref: r.Seq, Priority: r.Priority, TimesSampled: int64(r.TimesSampled),

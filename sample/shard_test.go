@@ -532,3 +532,144 @@ func TestShardTableKeepsWritersGoing(t *testing.T) {
 		t.Fatalf("shard stats %+v", s)
 	}
 }
+
+// TestShardTableFreesEvictedRowsInRowOrder: the rows that one ingest pass
+// evicts go back to the shard's free queue in the order of their rows, not
+// in the order of their commits, so that writers taking rows next get runs
+// of neighbouring rows rather than rows between each other's (which share
+// the cache lines of packed columns).
+func TestShardTableFreesEvictedRowsInRowOrder(t *testing.T) {
+	const capacity, maxSize, burst = 128, 16, 48
+	st, sh := shardTable(t, capacity, Config{MaxSize: maxSize})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	commit := func(p store.Pending, k uint64) {
+		t.Helper()
+		storetest.Fill(p, k)
+		if _, err := p.CommitKey(k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for k := range uint64(maxSize) {
+		p, err := sh.Allocate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		commit(p, k)
+	}
+	if err := st.WaitAdmitted(ctx, sh.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	order := map[int]bool{} // every row committed
+	for r := range sh.Rows() {
+		order[r.Index] = true
+	}
+	pend := make([]store.Pending, burst)
+	for i := range pend {
+		p, err := sh.Allocate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pend[i] = p
+		order[p.Index()] = true
+	}
+	// Holding the table's lock keeps ingest from admitting anything while
+	// the burst is committed, highest row first: the burst then reaches the
+	// table in at most two passes (the rows ingest read before it waited on
+	// the lock, and the rest), and evicts the first 48 commits.
+	st.t.mu.Lock()
+	for i := len(pend) - 1; i >= 0; i-- {
+		commit(pend[i], uint64(100+i))
+	}
+	st.t.mu.Unlock()
+	if err := st.WaitAdmitted(ctx, sh.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	for sh.Removals() < burst {
+		if ctx.Err() != nil {
+			t.Fatalf("%d rows released, want %d", sh.Removals(), burst)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for r := range sh.Rows() {
+		delete(order, r.Index) // still in the table
+	}
+	if len(order) != burst {
+		t.Fatalf("%d rows evicted, want %d", len(order), burst)
+	}
+	// Take every free row (and keep it: the shard's Close ends them): the
+	// rows never used come first, then the evicted ones in the order they
+	// went back.
+	var freed []int
+	for {
+		short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+		p, err := sh.Allocate(short)
+		stop()
+		if err != nil {
+			break
+		}
+		if _, ok := order[p.Index()]; ok {
+			freed = append(freed, p.Index())
+		}
+	}
+	if len(freed) != burst {
+		t.Fatalf("took %d of the %d evicted rows back: %v", len(freed), burst, freed)
+	}
+	descents := 0
+	for i := 1; i < len(freed); i++ {
+		if freed[i] < freed[i-1] {
+			descents++
+		}
+	}
+	if descents > 1 {
+		t.Fatalf("evicted rows went back as %v: %d descents, want at most 1 (two passes, each in row order)", freed, descents)
+	}
+}
+
+// TestShardTablePassWaitingOnLimiter: an ingest pass admits its rows under
+// one hold of the table's lock and gives back its evictions' rows at its
+// end; when an admission in the middle waits on the rate limiter, what the
+// pass did before it (the rows admitted, the rows evicted) is published
+// first, so that neither a WaitAdmitted nor a writer waits on the sampler.
+func TestShardTablePassWaitingOnLimiter(t *testing.T) {
+	st, sh := shardTable(t, 32, Config{MaxSize: 4, RateLimit: Queue(8)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st.t.mu.Lock() // the ten commits reach ingest in at most two passes
+	for k := range uint64(10) {
+		p, err := sh.Allocate(ctx)
+		if err != nil {
+			st.t.mu.Unlock()
+			t.Fatal(err)
+		}
+		storetest.Fill(p, k)
+		if _, err := p.CommitKey(k, 1); err != nil {
+			st.t.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	st.t.mu.Unlock()
+	// The queue of 8 lets 8 inserts in; the ninth waits for a sample.
+	if err := st.WaitAdmitted(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	for sh.Removals() < 4 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d rows released while admission waits, want 4", sh.Removals())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if info := st.Info(); info.Admitted != 8 || info.Size != 4 || info.Waiting != 2 {
+		t.Fatalf("admitted %d, size %d, waiting %d: want 8, 4, 2", info.Admitted, info.Size, info.Waiting)
+	}
+	for range 2 {
+		b, err := st.Sample(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Release()
+	}
+	if err := st.WaitAdmitted(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -145,6 +145,7 @@ type Table struct {
 	evictions     uint64             // by trimLocked, for touchVictims
 	ahead         [victimsAhead]int  // touchVictims' scratch
 	touchRows     func([]int) uint64 // loads what deleting the slots will touch outside the table; nil: nothing
+	beforeWait    func()             // called with mu held before a call waits (ShardTable: flushPassLocked); may be nil
 }
 
 // NewTable checks cfg and returns an empty table.
@@ -223,6 +224,11 @@ func (t *Table) Insert(ctx context.Context, key uint64, priority float64, ref ui
 func (t *Table) insert(ctx context.Context, it Item, atRow bool) (bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.insertLocked(ctx, it, atRow)
+}
+
+// insertLocked is insert with t.mu held (released while it waits).
+func (t *Table) insertLocked(ctx context.Context, it Item, atRow bool) (bool, error) {
 	if t.closed {
 		return false, t.errClosed("insert")
 	}
@@ -654,6 +660,9 @@ func (t *Table) waitLocked(ctx context.Context, op string, blocked *int, ok func
 		}
 		if since == 0 {
 			since = t.m.BeginWait()
+		}
+		if t.beforeWait != nil {
+			t.beforeWait()
 		}
 		wake := t.wake
 		t.waiters++
