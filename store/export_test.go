@@ -34,3 +34,10 @@ func Journal(s *Shard) (entries, held int) {
 	}
 	return entries, int(s.pins.held.Load())
 }
+
+// FreeBell is the free queue's bell word: a push moves it when a writer sleeps
+// on it.
+func (s *Shard) FreeBell() uint32 { return s.free.bell.word.Load() }
+
+// FreeSleeping reports whether a writer may sleep on the free queue's bell.
+func (s *Shard) FreeSleeping() bool { return s.free.bell.sleeping.Load() != 0 }

@@ -117,11 +117,26 @@ func (s *Shard) allocateSlow(ctx context.Context) (Pending, error) {
 		if s.free.head.Load() != s.free.tail.Load() {
 			continue // a scan or a release put rows back
 		}
-		if err := sleepCtx(ctx, wait); err != nil {
+		if err := s.sleepFree(ctx, wait); err != nil {
 			return Pending{}, fmt.Errorf("store: allocate in %q: no row free, writing or pinned all %d: %w", s.name, s.cap, err)
 		}
 		wait = min(2*wait, time.Millisecond)
 	}
+}
+
+// sleepFree waits up to d, or until ctx is done, for a row to be freed (a push
+// on the free queue rings its bell).
+func (s *Shard) sleepFree(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	if d > 0 {
+		s.free.bell.wait(func() bool { return s.free.head.Load() != s.free.tail.Load() || s.closed.Load() }, d)
+	}
+	return ctx.Err()
 }
 
 // Commit makes the row selectable with the given priority; its key is its

@@ -24,6 +24,8 @@ import (
 //	320   rows removed (released or evicted) since creation
 //	384   FIFO eviction claim: commit-log position up to which writers have
 //	      claimed the rows to evict (u64, atomic)
+//	448   free bell: a futex word that a push on the free queue moves while a
+//	      writer waits for a free row (u32), and at 452 its sleeping flag (u32)
 //	1024  spec encoding
 //
 // followed, each page-aligned, by the writer slots (maxSlots u64 identities), the
@@ -46,6 +48,7 @@ const (
 	offLogTail   = 256
 	offRemovals  = 320
 	offFIFOClaim = 384
+	offFreeBell  = 448
 	offEnc       = 1024
 	maxEncLen    = 16 << 10
 	encPlain     = 1 // the encoding of a spec without Packed (all there was before it)

@@ -19,6 +19,7 @@ import (
 // A cell is lap<<33 | full<<32 | index, where lap is the position divided by the
 // ring size (31 bits, wrapping).
 type freeQueue struct {
+	bell  bell // rung by every push: writers waiting for a row sleep on it
 	head  *atomic.Uint64
 	tail  *atomic.Uint64
 	cells unsafe.Pointer
@@ -67,6 +68,7 @@ func (q *freeQueue) push(v uint32) bool {
 		case x == emptyCell(l):
 			if c.CompareAndSwap(x, fullCell(l, v)) {
 				q.tail.CompareAndSwap(t, t+1)
+				q.bell.ring()
 				return true
 			}
 		case xl == l || xl == (l+1)&lapMask:

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -136,5 +137,37 @@ func TestCommitLog(t *testing.T) {
 	}
 	if seq := g.append(1); seq != 3001 {
 		t.Fatalf("append after a dead committer got %d", seq)
+	}
+}
+
+// TestBellWakesSleeper: a ring after the change wakes a sleeper whose sleep
+// would otherwise last ten minutes; a ring with nobody asleep makes no call.
+func TestBellWakesSleeper(t *testing.T) {
+	mem := make([]uint32, 16)
+	b := newBell(unsafe.Pointer(&mem[0]), 0)
+	b.ring() // nobody asleep: the word stays
+	if b.word.Load() != 0 {
+		t.Fatalf("a ring with nobody asleep moved the word to %d", b.word.Load())
+	}
+	var ready atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !ready.Load() {
+			b.wait(ready.Load, 10*time.Minute)
+		}
+	}()
+	for b.sleeping.Load() == 0 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	ready.Store(true)
+	b.ring()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sleeper did not wake at the ring")
+	}
+	if b.word.Load() != 1 || b.sleeping.Load() != 0 {
+		t.Fatalf("word %d, sleeping %d after one ring: want 1, 0", b.word.Load(), b.sleeping.Load())
 	}
 }

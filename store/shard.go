@@ -245,6 +245,7 @@ func newShard(name string, l *layout, mem []byte, o options, rem Remover) *Shard
 	s.chunk = make([]uint32, 0, s.chunkRows)
 	s.free = newFreeQueue((*atomic.Uint64)(unsafe.Add(base, offFreeHead)), (*atomic.Uint64)(unsafe.Add(base, offFreeTail)),
 		unsafe.Add(base, l.freeOff), l.freeCells)
+	s.free.bell = newBell(base, offFreeBell)
 	s.log = newCommitLog((*atomic.Uint64)(unsafe.Add(base, offLogTail)), unsafe.Add(base, l.logOff), l.logCells)
 	for _, c := range l.cols {
 		s.tables = append(s.tables, mem[c.tableOff:c.tableOff+c.tableLen:c.tableOff+c.tableLen])
