@@ -45,16 +45,18 @@ type ShardTable struct {
 
 	// While ingest admits a pass of commits, the items the table deletes
 	// (its evictions, and any other deletion meanwhile) wait in freed, under
-	// the table's lock, and their rows go back to the shard at the end of the
-	// pass in the order of their rows (flushFreedLocked). Evictions come in
-	// commit order, which interleaves the writers' rows: given back so, each
-	// writer's next rows would lie between the other's, and two writers would
-	// share the cache lines of every packed column (16 rows of a float32 to a
-	// line). In row order the rows that writers take next are runs again.
+	// the table's lock, and their rows go back to the shard in the order of
+	// their rows, freedRun at a time and at the end of the pass
+	// (flushFreedLocked). Evictions come in commit order, which interleaves
+	// the writers' rows: given back so, each writer's next rows would lie
+	// between the other's, and two writers would share the cache lines of
+	// every packed column (16 rows of a float32 to a line). In row order the
+	// rows that writers take next are runs again.
 	deferring bool
-	freed     []Item
-	freedKeys []uint64 // flushFreedLocked's scratch
-	passNext  uint64   // during an ingest pass: the commit sequence admitted up to (0: none yet)
+	freed     []store.Ref // the rows
+	freedIts  []Item      // the items, for the caller's OnDelete (only when there is one)
+	freedKeys []uint64    // flushFreedLocked's scratch
+	passNext  uint64      // during an ingest pass: the commit sequence admitted up to (0: none yet)
 
 	kick   chan struct{}
 	ctx    context.Context
@@ -151,21 +153,30 @@ func (st *ShardTable) CheckPriority(key uint64, p float64) error { return st.t.c
 func (st *ShardTable) Shard() *store.Shard { return st.shard }
 
 // release gives an item's row back to the shard (the table's OnDelete, called
-// with the table's lock held), at once or, during an ingest pass, at its end.
+// with the table's lock held), at once or, during an ingest pass, with the
+// next run of freed rows.
 func (st *ShardTable) release(it Item) {
 	if st.deferring {
-		st.freed = append(st.freed, it)
+		st.freed = append(st.freed, store.Ref{Index: it.Index, Seq: it.Seq})
+		if st.hook != nil {
+			st.freedIts = append(st.freedIts, it)
+		}
+		if len(st.freed) == freedRun {
+			st.flushFreedLocked()
+		}
 		return
 	}
-	st.releaseNow(it)
-}
-
-func (st *ShardTable) releaseNow(it Item) {
 	_ = st.shard.Release(store.Ref{Index: it.Index, Seq: it.Seq})
 	if st.hook != nil {
 		st.hook(it)
 	}
 }
+
+// freedRun is how many freed rows a pass holds back at most: sorted, they are
+// a run of neighbouring rows (two writers' rows, evicted in turn, cover the
+// same stretch of rows), and a pass's end then has at most this many left to
+// give back before it parks, while a WaitAdmitted it woke waits to run.
+const freedRun = 64
 
 // flushFreedLocked gives the rows of the items deleted so far in this pass
 // back to the shard, in the order of their rows (the table's lock held). The
@@ -176,15 +187,19 @@ func (st *ShardTable) flushFreedLocked() {
 		return
 	}
 	keys := st.freedKeys[:0]
-	for i, it := range st.freed {
-		keys = append(keys, uint64(it.Index)<<32|uint64(i))
+	for i, r := range st.freed {
+		keys = append(keys, uint64(r.Index)<<32|uint64(i))
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		st.releaseNow(st.freed[uint32(k)])
+		i := uint32(k)
+		_ = st.shard.Release(st.freed[i])
+		if st.hook != nil {
+			st.hook(st.freedIts[i])
+		}
 	}
-	clear(st.freed)
-	st.freed, st.freedKeys = st.freed[:0], keys[:0]
+	clear(st.freedIts)
+	st.freed, st.freedIts, st.freedKeys = st.freed[:0], st.freedIts[:0], keys[:0]
 }
 
 // admitPass admits rows, one ingest pass, under one hold of the table's lock
@@ -215,15 +230,15 @@ func (st *ShardTable) admitPass(rows []store.RowStatus) bool {
 }
 
 // flushPassLocked ends what a pass holds back so far (the table's lock held):
-// its freed rows go back to the shard, and the commit sequence it admitted up
-// to is published to WaitAdmitted. The table calls it before any of its calls
+// the commit sequence it admitted up to is published to WaitAdmitted, and its
+// freed rows go back to the shard. The table calls it before any of its calls
 // waits, so that nothing is held back while admission waits on the rate
 // limiter.
 func (st *ShardTable) flushPassLocked() {
-	st.flushFreedLocked()
-	if st.passNext != 0 {
+	if st.passNext != 0 { // first: a WaitAdmitted need not wait for the releases
 		st.advance(st.passNext)
 	}
+	st.flushFreedLocked()
 }
 
 // ingest admits the shard's commits into the table, in commit order, until Close.

@@ -673,3 +673,55 @@ func TestShardTablePassWaitingOnLimiter(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShardTableOnDeleteAfterRelease: the caller's OnDelete sees every item
+// the table evicts, once, after its row went back to the shard, also when
+// an ingest pass holds its evictions back to give them back in row order.
+func TestShardTableOnDeleteAfterRelease(t *testing.T) {
+	spec := storetest.Spec(256)
+	spec.Remover = store.RemoverNone
+	sh := storetest.Create(t, spec)
+	var deleted []uint64
+	var stale int
+	st, err := NewShardTable(sh, Config{Name: "hook", Sampler: NewUniform(), Remover: NewFIFO(), MaxSize: 8,
+		OnDelete: func(it Item) {
+			deleted = append(deleted, it.Key)
+			if _, err := sh.Status(store.Ref{Index: it.Index, Seq: it.Seq}); errors.Is(err, store.ErrStale) {
+				stale++
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 200
+	for k := range uint64(n) {
+		p, err := sh.Allocate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		storetest.Fill(p, k)
+		if _, err := p.CommitKey(k, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.WaitAdmitted(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	st.t.mu.Lock() // OnDelete runs under the table's lock: the pass is over
+	got, released := slices.Clone(deleted), stale
+	st.t.mu.Unlock()
+	slices.Sort(got)
+	want := make([]uint64, n-8)
+	for i := range want {
+		want[i] = uint64(i)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("OnDelete saw keys %v, want 0 to %d once each", got, n-9)
+	}
+	if released != len(got) {
+		t.Fatalf("OnDelete saw %d of %d items before their rows were released", len(got)-released, len(got))
+	}
+}
