@@ -148,39 +148,64 @@ func (g *commitLog) cell(p uint64) *atomic.Uint64 {
 
 func (g *commitLog) tag(p uint64) uint32 { return uint32(p>>g.shift) + 1 }
 
-// append publishes row and returns its sequence.
+// logLine is how many cells share a cache line. The tail is a hint: an
+// append moves it only when it fills the last cell of a line (and readers move
+// it to the end they find), so that two writers committing in turn do not also
+// pass the tail's line back and forth at every commit; it lags the end by at
+// most a line's cells, and by more only after a committer died between its cell
+// and the tail.
+const logLine = 8
+
+// append publishes row and returns its sequence: the first cell of this lap
+// not yet written, from the tail on.
 func (g *commitLog) append(row uint32) uint64 {
-	for {
-		t := g.tail.Load()
+	t := g.tail.Load()
+	for skipped := 0; ; {
 		c := g.cell(t)
 		tag := g.tag(t)
 		x := c.Load()
 		xt := uint32(x >> 32)
 		switch {
 		case xt == tag:
-			g.tail.CompareAndSwap(t, t+1) // written by someone who has not moved the tail
+			t++ // written: look at the next one
+			if skipped++; skipped%logLine == 0 {
+				g.advance(t) // a tail far behind (a committer died): move it
+			}
 		case x != 0 && int32(xt-tag) > 0:
-			// The cell is from a later lap: t is stale.
+			t = g.tail.Load() // the cell is from a later lap: t is stale
 		default:
 			if c.CompareAndSwap(x, uint64(tag)<<32|uint64(row)) {
-				g.tail.CompareAndSwap(t, t+1)
+				if (t+1)%logLine == 0 {
+					g.advance(t + 1)
+				}
 				return t
 			}
 		}
 	}
 }
 
-// end returns the sequence the next commit will get, first moving the tail past
-// entries whose committer died before moving it.
-func (g *commitLog) end() uint64 {
+// advance moves the tail up to t, unless it is there already.
+func (g *commitLog) advance(t uint64) {
 	for {
-		t := g.tail.Load()
-		x := g.cell(t).Load()
-		if uint32(x>>32) != g.tag(t) {
-			return t
+		cur := g.tail.Load()
+		if cur >= t || g.tail.CompareAndSwap(cur, t) {
+			return
 		}
-		g.tail.CompareAndSwap(t, t+1)
 	}
+}
+
+// end returns the sequence the next commit will get (the first cell from the
+// tail on not written in its lap), and moves the tail there.
+func (g *commitLog) end() uint64 {
+	t0 := g.tail.Load()
+	t := t0
+	for uint32(g.cell(t).Load()>>32) == g.tag(t) {
+		t++
+	}
+	if t != t0 {
+		g.advance(t)
+	}
+	return t
 }
 
 // read returns the row committed with sequence p, or false if the entry was
