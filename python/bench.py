@@ -211,6 +211,9 @@ def main():
     ap.add_argument("--windows", type=int, default=12,
                     help="pairs of windows (one writer process, two) for each writers' ratio on the full table")
     ap.add_argument("--window", type=float, default=0.3, help="seconds of one such window")
+    ap.add_argument("--only", choices=["row-writers"],
+                    help="measure one thing only: row-writers, the ratio of two writer processes inserting a row a"
+                         " call into the full table to one, beside the peer's (the quick check of a build)")
     ap.add_argument("--writer", nargs="+", help=argparse.SUPPRESS)  # a writer process: segment mode [seconds start_at]
     a = ap.parse_args()
     if a.writer:
@@ -230,6 +233,12 @@ def main():
         return f
 
     t = full_table("bench")
+    if a.only == "row-writers":
+        try:
+            row_writers(t, a)
+        finally:
+            t.close()
+        return
     ring = Ring(a.capacity)
     for _ in range(a.capacity // B + 1):
         ring.insert_batch(batch)
@@ -306,6 +315,24 @@ def main():
     one_f, two_f = pairs(fresh, a.repeats)
     print(f"{'writer processes, table with room':34} one {one_f:,.0f} rows/s, two {two_f:,.0f} rows/s: {two_f / one_f:.2f}x")
     print_cpu()
+    print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {rr:.2f}x")
+    print_cpu(cpu_r)
+    print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {rp:.2f}x"
+          f" (gear's row writers: {rr / rp:.2f} of the peer's ratio)")
+
+
+def row_writers(t, a):
+    """The row writers' ratio and the peer's alone (--only row-writers)."""
+    pools = []
+    try:
+        for segment, mode in ((t.segment, "row"), ("-", "ring")):
+            pools.append(Pool(segment, mode))
+        (one_r, two_r, rr, cpu_r), (one_p, two_p, rp, _) = interleaved(pools, a.windows, a.window)
+    finally:
+        for pool in pools:
+            pool.close()
+    print(f"{a.windows} pairs of {a.window} s windows alternating one writer process and two, medians;"
+          " ratio: median of the pairs' ratios")
     print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {rr:.2f}x")
     print_cpu(cpu_r)
     print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {rp:.2f}x"

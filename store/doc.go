@@ -55,6 +55,9 @@
 // Allocate, Commit and Abort take no locks, make no system calls and allocate
 // nothing (Commit reads the clock given by WithClock); they are a few atomic
 // operations on the shared status table, the free queue and the commit log.
+// Only a writer that finds no free row sleeps, on a futex in the segment that
+// the next row given back to the free queue (Release, Abort) wakes; that
+// wake is the one system call a release or abort may make.
 //
 // # Who may touch a block, and until when
 //
