@@ -69,6 +69,15 @@ func (b *CopyBatch) Add(dst, src DevicePtr, n int) {
 // CopyBatchAsync needs (CUDA 12.8 and later).
 func (dev *Device) CanCopyBatch() bool { return dev.drv.fn.cuMemcpyBatchAsync != 0 }
 
+// CheckCopyBatch is CanCopyBatch as an error: nil, or one wrapping
+// ErrNotSupported that names the driver's CUDA version.
+func (dev *Device) CheckCopyBatch() error {
+	if dev.CanCopyBatch() {
+		return nil
+	}
+	return fmt.Errorf("%w: cuMemcpyBatchAsync (the driver is CUDA %d; batches need 12.8)", ErrNotSupported, dev.drv.version)
+}
+
 // CopyBatchAsync enqueues b's copies on stream s in one driver call. Each copy
 // reads its source in stream order, after the work enqueued on s before it;
 // within the batch the copies run in any order, so no copy may read what
@@ -84,8 +93,8 @@ func (dev *Device) CopyBatchAsync(s Stream, b *CopyBatch) error {
 	if n == 0 {
 		return nil
 	}
-	if !dev.CanCopyBatch() {
-		return fmt.Errorf("%w: cuMemcpyBatchAsync (the driver is CUDA %d; batches need 12.8)", ErrNotSupported, dev.drv.version)
+	if err := dev.CheckCopyBatch(); err != nil {
+		return err
 	}
 	if s == 0 {
 		return fmt.Errorf("cuda: a batch of %d copies on the legacy default stream, which the driver refuses for batches: use a created stream", n)
@@ -117,6 +126,30 @@ func (b *CopyBatch) AddGather(dst, table DevicePtr, indices []int64, offsets []i
 	l, err := spec.resolve(offsets != nil)
 	if err != nil {
 		return err
+	}
+	return b.addGather(dst, table, indices, offsets, spec, l)
+}
+
+// AddGatherZeroed is AddGather for a gather whose rows spec pads: it first
+// zeroes dst's rows (the padding the copies leave) on stream s, then appends
+// the copies to b, which the caller enqueues on s after it.
+func (dev *Device) AddGatherZeroed(s Stream, b *CopyBatch, dst, table DevicePtr, indices []int64, offsets []int, spec GatherSpec) error {
+	l, err := spec.resolve(offsets != nil)
+	if err != nil {
+		return err
+	}
+	return dev.addGatherZeroed(s, b, dst, table, indices, offsets, spec, l)
+}
+
+// addGatherZeroed is AddGatherZeroed with spec resolved to l.
+func (dev *Device) addGatherZeroed(s Stream, b *CopyBatch, dst, table DevicePtr, indices []int64, offsets []int, spec GatherSpec, l layout) error {
+	if err := l.check(spec, indices, offsets); err != nil {
+		return err
+	}
+	if len(indices) > 0 && l.copy != l.row {
+		if err := dev.MemsetAsync(dst, 0, int(int64(len(indices))*l.row), s); err != nil {
+			return err
+		}
 	}
 	return b.addGather(dst, table, indices, offsets, spec, l)
 }

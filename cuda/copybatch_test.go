@@ -41,7 +41,8 @@ func TestCopyBatchMergesRuns(t *testing.T) {
 }
 
 // TestCopyBatchRefusals: what the driver refuses comes back as an error that
-// names the copy, and a batch on the legacy stream is refused before the call.
+// names the copy, a batch on the legacy stream is refused before the call,
+// and a driver without batches (before CUDA 12.8) is refused naming itself.
 func TestCopyBatchRefusals(t *testing.T) {
 	f := openFake(t, 0)
 	dev := f.dev
@@ -93,14 +94,31 @@ func TestCopyBatchRefusals(t *testing.T) {
 	}
 	check(src)
 
+	// A driver before CUDA 12.8: every way in says so, naming the version.
+	restore := cuda.HideCopyBatch(dev)
+	if err := dev.CheckCopyBatch(); !errors.Is(err, cuda.ErrNotSupported) || !strings.Contains(err.Error(), "batches need 12.8") {
+		t.Fatalf("CheckCopyBatch without batches: %v", err)
+	}
+	if err := dev.CopyBatchAsync(s, b); !errors.Is(err, cuda.ErrNotSupported) {
+		t.Fatalf("CopyBatchAsync without batches: %v", err)
+	}
 	g, err := dev.NewGatherer()
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec := cuda.GatherSpec{BlockBytes: 1024, Capacity: 4}
+	err = g.GatherCopies(s, dst, sdev, []int64{1}, nil, spec)
+	restore()
+	if !errors.Is(err, cuda.ErrNotSupported) {
+		t.Fatalf("GatherCopies without batches: %v", err)
+	}
+	if err := dev.CheckCopyBatch(); err != nil {
+		t.Fatal(err)
+	}
+
 	if err := g.Close(); err != nil {
 		t.Fatal(err)
 	}
-	spec := cuda.GatherSpec{BlockBytes: 1024, Capacity: 4}
 	if err := g.GatherCopies(s, dst, sdev, []int64{1}, nil, spec); !errors.Is(err, cuda.ErrClosed) {
 		t.Fatalf("GatherCopies after Close: %v", err)
 	}

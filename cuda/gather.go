@@ -317,16 +317,8 @@ func (g *Gatherer) GatherCopies(s Stream, dst, table DevicePtr, indices []int64,
 	}
 	b := g.copies
 	b.Reset()
-	if err := b.addGather(dst, table, indices, offsets, spec, l); err != nil {
+	if err := g.dev.addGatherZeroed(s, b, dst, table, indices, offsets, spec, l); err != nil {
 		return err
-	}
-	if len(indices) == 0 {
-		return nil
-	}
-	if l.copy != l.row {
-		if err := g.dev.MemsetAsync(dst, 0, int(int64(len(indices))*l.row), s); err != nil {
-			return err
-		}
 	}
 	return g.dev.CopyBatchAsync(s, b)
 }

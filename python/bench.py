@@ -291,17 +291,7 @@ def main():
     # into its own numpy ring. Where two such reach less than twice one, the
     # machine itself (its cores' shared caches and clocks, a virtual
     # machine's neighbours) sets the ceiling of the writers' ratio.
-    pools = []
-    try:
-        for segment, mode in ((t.segment, "batch"), (t.segment, "row"), ("-", "ring")):
-            pools.append(Pool(segment, mode))
-        (one_w, two_w, rw, cpu_w), (one_r, two_r, rr, cpu_r), (one_p, two_p, rp, _) = interleaved(
-            pools, a.windows, a.window)
-    finally:
-        for pool in pools:
-            pool.close()
-    print(f"{a.windows} pairs of {a.window} s windows alternating one writer process and two, medians;"
-          " ratio: median of the pairs' ratios")
+    (one_w, two_w, rw, cpu_w), row, peer = pooled(a, ((t.segment, "batch"), (t.segment, "row"), ("-", "ring")))
     print(f"{'writer processes, full table':34} one {one_w:,.0f} rows/s, two {two_w:,.0f} rows/s: {rw:.2f}x")
     print_cpu(cpu_w)
 
@@ -315,6 +305,29 @@ def main():
     one_f, two_f = pairs(fresh, a.repeats)
     print(f"{'writer processes, table with room':34} one {one_f:,.0f} rows/s, two {two_f:,.0f} rows/s: {two_f / one_f:.2f}x")
     print_cpu()
+    print_row_writers(row, peer)
+
+
+def pooled(a, kinds):
+    """interleaved() over a Pool of each (segment, mode) of kinds, closed
+    after, under the line that says how the windows ran."""
+    pools = []
+    try:
+        for segment, mode in kinds:
+            pools.append(Pool(segment, mode))
+        res = interleaved(pools, a.windows, a.window)
+    finally:
+        for pool in pools:
+            pool.close()
+    print(f"{a.windows} pairs of {a.window} s windows alternating one writer process and two, medians;"
+          " ratio: median of the pairs' ratios")
+    return res
+
+
+def print_row_writers(row, peer):
+    """The lines of the row writers and of their peer (interleaved()'s
+    results for each)."""
+    (one_r, two_r, rr, cpu_r), (one_p, two_p, rp, _) = row, peer
     print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {rr:.2f}x")
     print_cpu(cpu_r)
     print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {rp:.2f}x"
@@ -323,20 +336,7 @@ def main():
 
 def row_writers(t, a):
     """The row writers' ratio and the peer's alone (--only row-writers)."""
-    pools = []
-    try:
-        for segment, mode in ((t.segment, "row"), ("-", "ring")):
-            pools.append(Pool(segment, mode))
-        (one_r, two_r, rr, cpu_r), (one_p, two_p, rp, _) = interleaved(pools, a.windows, a.window)
-    finally:
-        for pool in pools:
-            pool.close()
-    print(f"{a.windows} pairs of {a.window} s windows alternating one writer process and two, medians;"
-          " ratio: median of the pairs' ratios")
-    print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {rr:.2f}x")
-    print_cpu(cpu_r)
-    print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {rp:.2f}x"
-          f" (gear's row writers: {rr / rp:.2f} of the peer's ratio)")
+    print_row_writers(*pooled(a, ((t.segment, "row"), ("-", "ring"))))
 
 
 def print_cpu(c=None):

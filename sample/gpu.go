@@ -118,9 +118,10 @@ func (st *ShardTable) RegisterDevice(ctx context.Context, dev *cuda.Device, opts
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if cfg.copies && !dev.CanCopyBatch() {
-		return fmt.Errorf("sample: table %q: register device: gathering by copies: %w: cuMemcpyBatchAsync (the driver is CUDA %d; batches need 12.8)",
-			st.t.name, cuda.ErrNotSupported, dev.Driver().Version())
+	if cfg.copies {
+		if err := dev.CheckCopyBatch(); err != nil {
+			return fmt.Errorf("sample: table %q: register device: gathering by copies: %w", st.t.name, err)
+		}
 	}
 	st.devMu.Lock()
 	defer st.devMu.Unlock()
@@ -358,12 +359,7 @@ func (st *ShardTable) copiesFromShard(g *deviceTables, s cuda.Stream, dst cuda.D
 	if !ok || err != nil {
 		return err
 	}
-	if spec.HeadPad+spec.TailPad > 0 {
-		if err := g.dev.MemsetAsync(dst, 0, len(rows)*p.itemBytes(), s); err != nil {
-			return err
-		}
-	}
-	return g.batch.AddGather(dst, g.tables[p.col], rows, nil, spec)
+	return g.dev.AddGatherZeroed(s, g.batch, dst, g.tables[p.col], rows, nil, spec)
 }
 
 // gatherSpec is the gather of column plan p's window from the shard's table

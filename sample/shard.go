@@ -215,11 +215,8 @@ func (st *ShardTable) admitPass(rows []store.RowStatus) bool {
 	if len(rows) > 1 {
 		st.t.touchKeysLocked(rows)
 	}
-	st.deferring, st.passNext = true, 0
-	defer func() {
-		st.flushPassLocked()
-		st.deferring, st.passNext = false, 0
-	}()
+	st.beginPassLocked()
+	defer st.endPassLocked()
 	for _, r := range rows {
 		if !st.admitLocked(r) {
 			return false
@@ -227,6 +224,17 @@ func (st *ShardTable) admitPass(rows []store.RowStatus) bool {
 		st.passNext = r.Seq + 1
 	}
 	return true
+}
+
+// beginPassLocked starts a pass (the table's lock held): from now on the
+// rows of deleted items wait in freed.
+func (st *ShardTable) beginPassLocked() { st.deferring, st.passNext = true, 0 }
+
+// endPassLocked ends a pass (the table's lock held): what it held back goes
+// out, and deletions release their rows at once again.
+func (st *ShardTable) endPassLocked() {
+	st.flushPassLocked()
+	st.deferring, st.passNext = false, 0
 }
 
 // flushPassLocked ends what a pass holds back so far (the table's lock held):

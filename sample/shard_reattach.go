@@ -28,12 +28,11 @@ func (st *ShardTable) admitExisting() int {
 	// The rows that these admissions evict go back in row order, as an
 	// ingest pass's do (see ShardTable.freed).
 	st.t.mu.Lock()
-	st.deferring = true
+	st.beginPassLocked()
 	st.t.mu.Unlock()
 	defer func() {
 		st.t.mu.Lock()
-		st.flushFreedLocked()
-		st.deferring = false
+		st.endPassLocked()
 		st.t.mu.Unlock()
 	}()
 	n := 0

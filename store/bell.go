@@ -33,7 +33,7 @@ func newBell(base unsafe.Pointer, off int) bell {
 
 // ring wakes every sleeper, if any (the caller has made its change).
 func (b bell) ring() {
-	if b.sleeping == nil || b.sleeping.Load() == 0 || !b.sleeping.CompareAndSwap(1, 0) {
+	if b.sleeping.Load() == 0 || !b.sleeping.CompareAndSwap(1, 0) {
 		return
 	}
 	b.word.Add(1)

@@ -114,7 +114,7 @@ func (s *Shard) allocateSlow(ctx context.Context) (Pending, error) {
 		if ok {
 			return p, nil
 		}
-		if s.free.head.Load() != s.free.tail.Load() {
+		if !s.free.empty() {
 			continue // a scan or a release put rows back
 		}
 		if err := s.sleepFree(ctx, wait); err != nil {
@@ -134,7 +134,7 @@ func (s *Shard) sleepFree(ctx context.Context, d time.Duration) error {
 		d = min(d, time.Until(dl))
 	}
 	if d > 0 {
-		s.free.bell.wait(func() bool { return s.free.head.Load() != s.free.tail.Load() || s.closed.Load() }, d)
+		s.free.bell.wait(func() bool { return !s.free.empty() || s.closed.Load() }, d)
 	}
 	return ctx.Err()
 }

@@ -85,6 +85,9 @@ func (q *freeQueue) push(v uint32) bool {
 	return false
 }
 
+// empty reports whether the ring holds no index now (a hint, as the queue is).
+func (q *freeQueue) empty() bool { return q.head.Load() == q.tail.Load() }
+
 // pop removes and returns the oldest index; it returns false if the ring is empty.
 func (q *freeQueue) pop() (uint32, bool) {
 	for range spinLimit {

@@ -9,12 +9,14 @@ import (
 	"unsafe"
 )
 
-// testQueue is a free queue in ordinary memory.
+// testQueue is a free queue in ordinary memory, with its bell.
 func testQueue(n int) (freeQueue, []uint64) {
-	mem := make([]uint64, n+16)
+	mem := make([]uint64, n+24)
 	head := (*atomic.Uint64)(unsafe.Pointer(&mem[0]))
 	tail := (*atomic.Uint64)(unsafe.Pointer(&mem[8]))
-	return newFreeQueue(head, tail, unsafe.Pointer(&mem[16]), n), mem
+	q := newFreeQueue(head, tail, unsafe.Pointer(&mem[16]), n)
+	q.bell = newBell(unsafe.Pointer(&mem[n+16]), 0)
+	return q, mem
 }
 
 func TestFreeQueueOrderAndBounds(t *testing.T) {
@@ -72,7 +74,7 @@ func TestFreeQueueSurvivesDeadProcesses(t *testing.T) {
 	if v, ok := q.pop(); !ok || v != 9 {
 		t.Fatalf("pop = %d, %v; want 9", v, ok)
 	}
-	if q.head.Load() != q.tail.Load() {
+	if !q.empty() {
 		t.Fatalf("head %d tail %d", q.head.Load(), q.tail.Load())
 	}
 }
