@@ -57,7 +57,8 @@ func statusOf(err error) C.int32_t {
 	case errors.Is(err, context.DeadlineExceeded):
 		return statusTimeout
 	case errors.Is(err, errInvalid), errors.As(err, &pe), errors.As(err, &fe), errors.Is(err, store.ErrLayout),
-		errors.Is(err, sample.ErrPriority), errors.Is(err, roles.ErrInvalid), errors.Is(err, store.ErrName):
+		errors.Is(err, sample.ErrPriority), errors.Is(err, roles.ErrInvalid), errors.Is(err, roles.ErrStaleVersion),
+		errors.Is(err, store.ErrName):
 		return statusInvalid
 	}
 	return statusError
@@ -235,6 +236,9 @@ func gear_op_cancel(h C.uint64_t) (st C.int32_t) {
 //export gear_op_result
 func gear_op_result(h C.uint64_t, out *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
+	if out == nil {
+		return nullArg("gear_op_result: out")
+	}
 	o, err := lookup[*op](h)
 	if err != nil {
 		return fail(err)
@@ -246,6 +250,16 @@ func gear_op_result(h C.uint64_t, out *C.uint64_t) (st C.int32_t) {
 	}
 	*out = o.result
 	return statusOK
+}
+
+// nullArg is the error status of a pointer argument that is NULL where the
+// call must write or read through it. Every export checks such pointers
+// before it touches them, rather than leaving a nil dereference to guard: a
+// dereference is a signal first, and in a process that installed its own
+// SIGSEGV handler after loading libgear (Python's faulthandler, as pytest
+// does) that handler ends the process before Go can make it a panic.
+func nullArg(what string) C.int32_t {
+	return fail(invalidf("%s: a NULL pointer", what))
 }
 
 // gostring copies a C string of n bytes.

@@ -310,6 +310,7 @@ func TestStatusOf(t *testing.T) {
 		{wrap(store.ErrClosed), statusClosed},
 		{wrap(context.DeadlineExceeded), statusTimeout},
 		{wrap(roles.ErrInvalid), statusInvalid},
+		{wrap(roles.ErrStaleVersion), statusInvalid},
 		{wrap(store.ErrName), statusInvalid},
 		{wrap(sample.ErrPriority), statusInvalid},
 		{errmark.Mark(errors.New("jobs: line 1: bad"), errInvalid), statusInvalid},

@@ -86,6 +86,9 @@ func gear_param_reader(h C.uint64_t, name *C.char, nameLen C.int64_t, opOut *C.u
 //export gear_param_len
 func gear_param_len(h C.uint64_t, n *C.int64_t) (st C.int32_t) {
 	defer guard(&st)
+	if n == nil {
+		return nullArg("gear_param_len: n")
+	}
 	r, err := lookup[*reader](h)
 	if err != nil {
 		return fail(err)
@@ -102,6 +105,9 @@ func gear_param_len(h C.uint64_t, n *C.int64_t) (st C.int32_t) {
 //export gear_param_read
 func gear_param_read(h C.uint64_t, min C.uint64_t, ms C.int64_t, dst *C.float, n C.int64_t, version *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
+	if version == nil {
+		return nullArg("gear_param_read: version")
+	}
 	r, err := lookup[*reader](h)
 	if err != nil {
 		return fail(err)

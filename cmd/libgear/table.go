@@ -163,6 +163,9 @@ func buildTable(spec string, extra int) (store.Spec, sample.Config, error) {
 //export gear_table_create
 func gear_table_create(spec *C.char, specLen C.int64_t, seg *C.char, segLen C.int64_t, seed C.uint64_t, extra C.int64_t, out *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
+	if out == nil {
+		return nullArg("gear_table_create: out")
+	}
 	ss, cfg, err := buildTable(gostring(spec, specLen), int(extra))
 	if err != nil {
 		return fail(err)
@@ -243,6 +246,9 @@ func gear_table_checkpoint(h C.uint64_t, path *C.char, pathLen C.int64_t, opOut 
 //export gear_shard_attach
 func gear_shard_attach(seg *C.char, segLen C.int64_t, ms C.int64_t, out *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
+	if out == nil {
+		return nullArg("gear_shard_attach: out")
+	}
 	ctx, cancel := timeoutCtx(ms)
 	defer cancel()
 	// An actor started beside its learner may look for the table before the
@@ -336,6 +342,9 @@ func gear_shard_layout(h C.uint64_t, buf *C.char, capacity C.int64_t, n *C.int64
 //export gear_shard_allocate
 func gear_shard_allocate(h C.uint64_t, ms C.int64_t, row *C.int64_t) (st C.int32_t) {
 	defer guard(&st)
+	if row == nil {
+		return nullArg("gear_shard_allocate: row")
+	}
 	s, err := use(h)
 	if err != nil {
 		return fail(err)
@@ -419,6 +428,9 @@ func gear_shard_abort(h C.uint64_t, row C.int64_t) (st C.int32_t) {
 //export gear_shard_insert
 func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *C.double, ncols C.int32_t, src *unsafe.Pointer, ms C.int64_t, done *C.int64_t) (st C.int32_t) {
 	defer guard(&st)
+	if done == nil {
+		return nullArg("gear_shard_insert: done")
+	}
 	*done = 0
 	s, err := use(h)
 	if err != nil {
@@ -429,6 +441,11 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 		return fail(invalidf("shard %q: insert of %d rows with %d column buffers: want %d, and priorities", s.shard.Name(), int64(n), int32(ncols), len(s.names)))
 	}
 	cols := unsafe.Slice(src, int(ncols))
+	for c, p := range cols {
+		if p == nil && n > 0 {
+			return fail(invalidf("shard %q: insert of %d rows: column %q's buffer is NULL", s.shard.Name(), int64(n), s.names[c]))
+		}
+	}
 	prio := unsafe.Slice((*float64)(unsafe.Pointer(priorities)), int(n))
 	var ks []uint64
 	if keys != nil {
@@ -470,14 +487,14 @@ func gear_shard_insert(h C.uint64_t, n C.int64_t, keys *C.uint64_t, priorities *
 //export gear_shard_stage
 func gear_shard_stage(h C.uint64_t, addr *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
+	if addr == nil {
+		return nullArg("gear_shard_stage: addr")
+	}
 	s, err := use(h)
 	if err != nil {
 		return fail(err)
 	}
 	defer s.mu.RUnlock()
-	if addr == nil {
-		return fail(invalidf("shard %q: null stage pointer", s.shard.Name()))
-	}
 	*addr = C.uint64_t(uintptr(s.stage))
 	return statusOK
 }
@@ -611,6 +628,9 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 	keys *C.uint64_t, probs, prios *C.double, rows, times *C.int64_t,
 	ncols C.int32_t, cols *C.int32_t, dst *unsafe.Pointer, got *C.int64_t, batchOut *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
+	if got == nil {
+		return nullArg("gear_table_sample: got")
+	}
 	*got = 0
 	s, err := use(h)
 	if err != nil {
@@ -667,7 +687,10 @@ func gear_table_sample(h C.uint64_t, n C.int64_t, ms C.int64_t, keep C.int32_t,
 			out = s.dst[:0]
 		}
 		ptrs := unsafe.Slice(dst, len(colIdx))
-		for j := range colIdx {
+		for j, c := range colIdx {
+			if ptrs[j] == nil {
+				return fail(invalidf("table %q: column %q's buffer is NULL", t.Name(), s.names[c]))
+			}
 			out = append(out, unsafe.Slice((*byte)(ptrs[j]), int(n)*plan.ItemBytes(j)))
 		}
 		if keep == 0 {

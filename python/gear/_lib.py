@@ -236,6 +236,16 @@ def run_op(start, timeout, what):
         lib.gear_close(op)
 
 
+def path(what, p):
+    """p (a str or os.PathLike) as a str, or InvalidArgument naming what."""
+    if not isinstance(p, (str, os.PathLike)):
+        raise InvalidArgument(f"gear: {what}: path {p!r} ({type(p).__name__}): want a str or a path")
+    p = os.fspath(p)
+    if not isinstance(p, str):
+        raise InvalidArgument(f"gear: {what}: path {p!r}: want a str, not bytes")
+    return p
+
+
 def cstr(s):
     if not isinstance(s, str):
         raise InvalidArgument(f"gear: {s!r} ({type(s).__name__}): want a str")

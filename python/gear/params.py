@@ -7,12 +7,14 @@ import numpy as np
 
 from . import _lib
 from ._lib import lib
+from .world import World
 
 
 class Publisher:
     """The write end of the parameter service name, for vectors of n float32s."""
 
     def __init__(self, world, name, n, timeout=None):
+        _check_world("Publisher", world)
         b, bn = _lib.cstr(name)
         self.n = n = _lib.integer("Publisher: n", n, *_lib.I64)  # its range is the service's to check
         self._h = _lib.run_op(lambda out: lib.gear_param_publisher(world._handle(), b, bn, n, out), timeout, "publisher")
@@ -51,6 +53,7 @@ class Reader:
     """The read end of the parameter service name; waits for its publisher."""
 
     def __init__(self, world, name, timeout=None):
+        _check_world("Reader", world)
         b, bn = _lib.cstr(name)
         self._h = _lib.run_op(lambda out: lib.gear_param_reader(world._handle(), b, bn, out), timeout, "reader")
         n = ctypes.c_int64()
@@ -84,3 +87,9 @@ class Reader:
             self.close()
         except Exception:
             pass
+
+
+def _check_world(what, world):
+    """InvalidArgument unless world is a World (gear.init's)."""
+    if not isinstance(world, World):
+        raise _lib.InvalidArgument(f"gear: {what}: world {world!r}: want the World of gear.init()")

@@ -2,6 +2,7 @@
 (any process on the host, which inserts rows in place)."""
 
 import atexit
+import collections.abc
 import ctypes
 import json
 import keyword
@@ -245,12 +246,32 @@ class Pending:
 
 
 def _priority(p):
-    """p as a float, or InvalidArgument. Which numbers gear takes (not NaN;
-    for the owner also what its selectors take) is libgear's to check."""
+    """p as a float, or InvalidArgument: a real number (a Python or numpy
+    number, a one-element array or tensor), not a string, a bool or None.
+    Which numbers gear takes (not NaN; for the owner also what its selectors
+    take) is libgear's to check."""
+    if isinstance(p, (str, bytes, bytearray, bool, np.bool_)) or p is None:
+        raise _lib.InvalidArgument(f"gear: priority {p!r}: want a number")
     try:
         return float(p)
     except (TypeError, ValueError):
         raise _lib.InvalidArgument(f"gear: priority {p!r}: want a number") from None
+
+
+def _priorities(ps):
+    """ps (one priority, or a sequence, array or tensor of them) as a 1-d
+    float64 array, or InvalidArgument: numbers only, as _priority takes
+    them (an array of numbers at once; anything else one by one, since numpy
+    would make None NaN, and strings and bools numbers)."""
+    if not isinstance(ps, np.ndarray) and hasattr(ps, "numpy"):
+        ps = _tensor_array(ps)
+    if isinstance(ps, np.ndarray):
+        if ps.dtype.kind not in "iuf":
+            raise _lib.InvalidArgument(f"gear: priorities of dtype {ps.dtype}: want a number each")
+        return ps.astype(np.float64).reshape(-1)
+    if isinstance(ps, float):
+        return np.array([ps])
+    return np.array([_priority(p) for p in np.asarray(ps, dtype=object).reshape(-1)], np.float64)
 
 
 def _fast_insert(shard):
@@ -296,6 +317,11 @@ def _fast_insert(shard):
 
 # A column not given to a generated insert.
 _MISSING = object()
+
+# The staged priority of a handle that has staged none that a later call may
+# compare with: unequal to every priority (None too), so that the next insert
+# checks and stages its own.
+_UNSTAGED = object()
 
 
 def _given(extra, **columns):
@@ -344,7 +370,7 @@ class _Shard:
         # a good part of a short call's cost).
         self._put_staged = _lib.fast.gear_shard_put_staged
         self._stage_prio = self._stage_bytes[lay["stage_priority"]:lay["stage_priority"] + 8].view(np.float64).reshape(())
-        self._staged_prio = None
+        self._staged_prio = _UNSTAGED
         fast = _fast_insert(self)
         if fast is not None and type(self).insert is _Shard.insert:
             self.insert = fast
@@ -403,7 +429,7 @@ class _Shard:
     def _stage_priority(self, priority):
         """Write priority into the staging row, where gear_shard_put_staged
         reads it; insert calls this only when the priority changes."""
-        self._staged_prio = None
+        self._staged_prio = _UNSTAGED
         self._stage_prio[()] = _priority(priority)
         if isinstance(priority, (float, int, np.generic)):
             self._staged_prio = priority  # immutable: the next call may compare with it
@@ -430,16 +456,20 @@ class _Shard:
 
     def insert_batch(self, columns, priorities=1.0, keys=None, timeout=None):
         """Insert n rows in one call: columns maps every column's name to an
-        array of n rows (shape (n, *row_shape)); priorities and keys (None:
+        array of n rows (shape (n, *row_shape); with trajectory_length 1 also
+        (n, 1, *row_shape), as a sample gives them); priorities and keys (None:
         insertion sequences) are n numbers or one. All arrays are checked
         first: a wrong dtype or shape raises ValueError naming the column, and
         nothing is inserted. Waits up to timeout seconds (None: no limit) for
         free rows; returns n."""
+        if not isinstance(columns, collections.abc.Mapping):
+            raise _lib.InvalidArgument(f"gear: insert_batch: columns {type(columns).__name__}: want a mapping of"
+                                       f" each column's name to its rows")
         if set(columns) != set(self._order):
             self._check_names(columns)
         n = len(columns[self._order[0]])
         arrs = [self.columns[c].check(columns[c], n) for c in self._order]
-        prio = np.asarray(priorities, np.float64).reshape(-1)
+        prio = _priorities(priorities)
         if prio.size not in (1, n):
             raise _lib.InvalidArgument(f"gear: insert_batch: {prio.size} priorities for {n} rows: want 1 or {n}")
         prio = np.ascontiguousarray(np.broadcast_to(prio if prio.size != 1 else prio[0], (n,)))
@@ -639,7 +669,7 @@ class Table(_Shard):
         spec = _spec_text(spec, table)
         segment = segment or _default_segment(spec)
         s, sn = _lib.cstr(spec)
-        p, pn = _lib.cstr(os.fspath(path))
+        p, pn = _lib.cstr(_lib.path("Table.restore", path))
         g, gn = _lib.cstr(segment)
         h = _lib.run_op(lambda out: lib.gear_table_restore(s, sn, p, pn, g, gn, seed, extra_rows, out), timeout, "restore")
         return cls(_handle=h)
@@ -729,7 +759,7 @@ class Table(_Shard):
 
     def checkpoint(self, path, timeout=None):
         """Write the shard's committed rows to path (atomically replaced)."""
-        p, pn = _lib.cstr(os.fspath(path))
+        p, pn = _lib.cstr(_lib.path("checkpoint", path))
         h = self._handle()
         _lib.run_op(lambda out: lib.gear_table_checkpoint(h, p, pn, out), timeout, "checkpoint")
 

@@ -480,3 +480,114 @@ def test_views_survive_the_exit_hook():
     seg, *rest = out.split("\n")
     assert rest[0].startswith("at exit"), out
     assert not os.path.exists("/dev/shm/" + seg)
+
+
+@pytest.mark.parametrize("bad", [None, "2.5", b"1", True, np.bool_(True)])
+def test_priorities_that_are_not_numbers_are_refused(gear, make_table, bad):
+    # Each handle's first insert too: it has staged no priority to compare
+    # with (None was taken for "the one staged", so a first None went in
+    # with whatever the staging row held).
+    t = make_table()
+    w = gear.Writer(t.segment)
+    try:
+        for h in (t, w):
+            for _ in range(2):
+                with pytest.raises(gear.InvalidArgument, match="want a number"):
+                    h.insert(x=[1, 2], priority=bad)
+                with pytest.raises(gear.InvalidArgument, match="want a number"):
+                    h.insert(x=[1, 2], priority=bad, key=7)
+            with pytest.raises(gear.InvalidArgument, match="want a number"):
+                h.insert_batch({"x": np.ones((2, 2), np.float32)}, priorities=[1.0, bad])
+            p = h.allocate()
+            with pytest.raises(gear.InvalidArgument):
+                p.commit(priority=bad)
+            p.abort()
+        assert t.info()["commits"] == 0
+        # A number after refused ones goes in with its own priority.
+        w.insert(x=[1, 2], priority=3.0)
+        t.wait_admitted(10)
+        assert t.sample(1).priorities.tolist() == [3.0]
+    finally:
+        w.close()
+
+
+def test_arguments_of_the_wrong_type_are_invalid_arguments(gear, make_table, tmp_path):
+    t = make_table()
+    for cols in (None, [np.ones((2, 2), np.float32)], np.ones((2, 2), np.float32)):
+        with pytest.raises(gear.InvalidArgument, match="want a mapping"):
+            t.insert_batch(cols)
+    for path in (None, 5, b"/tmp/x"):
+        with pytest.raises(gear.InvalidArgument, match="path"):
+            t.checkpoint(path)
+        with pytest.raises(gear.InvalidArgument, match="path"):
+            gear.Table.restore(path, name="t", capacity=16, columns=[{"name": "x", "dtype": "float32", "shape": [2]}])
+    t.checkpoint(tmp_path / "ok.ckpt")  # an os.PathLike is a path
+    for world in (None, "world", t):
+        with pytest.raises(gear.InvalidArgument, match="World"):
+            gear.Publisher(world, "pytest-types", 1)
+        with pytest.raises(gear.InvalidArgument, match="World"):
+            gear.Reader(world, "pytest-types", timeout=0.1)
+    assert t.info()["commits"] == 0
+
+
+def test_stale_parameter_version_is_an_invalid_argument(gear):
+    w = gear.init(timeout=30)
+    try:
+        pub = gear.Publisher(w, "pytest-stale", 2, timeout=30)
+        pub.publish(5, np.ones(2, np.float32))
+        for v in (5, 4):
+            with pytest.raises(gear.InvalidArgument, match="not newer"):
+                pub.publish(v, np.zeros(2, np.float32))
+        pub.publish(6, np.zeros(2, np.float32))
+        pub.close()
+    finally:
+        w.close()
+
+
+def test_null_pointers_are_refused_under_faulthandler():
+    # faulthandler enabled after libgear loaded (as pytest's plugin may be)
+    # takes SIGSEGV before Go could make a nil dereference a panic: each call
+    # must refuse a NULL it would write through, not dereference it.
+    out = run_alone("""
+        import ctypes, faulthandler
+        from gear import _lib
+        faulthandler.enable()
+        L = _lib.lib
+        t = gear.Table(name="t", capacity=4, columns=[{"name": "x", "dtype": "float32", "shape": [2]}],
+                       segment=f"gear.pytest-{uuid.uuid4().hex[:12]}.t")
+        t.insert(x=[1, 2])
+        t.wait_admitted(10)
+        h = t._h
+        i64, u64 = ctypes.c_int64(), ctypes.c_uint64()
+        prio = (ctypes.c_double * 1)(1.0)
+        keys = (ctypes.c_uint64 * 1)()
+        col = (ctypes.c_int32 * 1)(0)
+        nulls = (ctypes.c_void_p * 1)()
+        buf = np.zeros(2, np.float32)
+        seg, sn = _lib.cstr(t.segment)
+        spec, pn = _lib.cstr(gear.table_spec(name="u", capacity=4, columns=[{"name": "x", "dtype": "float32"}]))
+        other, on = _lib.cstr(f"gear.pytest-{uuid.uuid4().hex[:12]}.u")
+        calls = {
+            "sample got": lambda: L.gear_table_sample(h, 1, 0, 0, keys, None, None, None, None, 0, None, None, None, None),
+            "sample column buffer": lambda: L.gear_table_sample(h, 1, 0, 0, keys, None, None, None, None, 1, col, nulls,
+                                                               ctypes.byref(i64), None),
+            "insert done": lambda: L.gear_shard_insert(h, 1, None, prio, 1, nulls, 0, None),
+            "insert column buffer": lambda: L.gear_shard_insert(h, 1, None, prio, 1, nulls, 0, ctypes.byref(i64)),
+            "allocate row": lambda: L.gear_shard_allocate(h, 0, None),
+            "attach out": lambda: L.gear_shard_attach(seg, sn, 0, None),
+            "create out": lambda: L.gear_table_create(spec, pn, other, on, 0, 0, None),
+            "op result": lambda: L.gear_op_result(h, None),
+            "stage addr": lambda: L.gear_shard_stage(h, None),
+        }
+        for what, call in calls.items():
+            st = call()
+            print(what, st, _lib.last_error().split(": ")[-1] if st else "")
+        print("segment made", os.path.exists("/dev/shm/" + other.decode()))
+        print("commits", t.info()["commits"])
+        t.close()
+    """)
+    lines = out.splitlines()
+    assert lines[-2:] == ["segment made False", "commits 1"], out
+    for line in lines[:-2]:
+        assert " 4 " in line and "NULL" in line, f"{line!r} (want GEAR_INVALID, 4, naming the NULL):\n{out}"
+    assert len(lines) == 11, out
