@@ -134,6 +134,11 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 	}
 	t.rows = true
 	t.touchRows = func(rows []int) uint64 { return shard.Touch(rows, nil) }
+	// A priority changed by MutatePriorities or by a commit of a key the
+	// table holds goes into the item's row at once, under the table's lock,
+	// so that the row never keeps an older one: re-attached or restored,
+	// the shard gives the table its items' last priorities.
+	t.onPriority = func(it Item) { _ = shard.SetPriority(store.Ref{Index: it.Index, Seq: it.Seq}, it.Priority) }
 	t.beforeWait = st.flushPassLocked
 	t.m.SetShard(shard.Name())
 	st.t = t
@@ -512,24 +517,23 @@ func (st *ShardTable) holdAndRelease(b *Batch, it Item) {
 // goes on counting toward max_times_sampled where this one was. Priorities
 // are in the rows already (MutatePriorities).
 func (st *ShardTable) Checkpoint(ctx context.Context, path string, opts ...store.Option) error {
+	st.writeTimesSampled()
+	return st.shard.Checkpoint(ctx, path, opts...)
+}
+
+// writeTimesSampled writes each item's times sampled into its row, where the
+// table's own counts are not kept as it samples: for a checkpoint, and at
+// Close for the next owner of the shard.
+func (st *ShardTable) writeTimesSampled() {
 	for _, it := range st.t.Items(nil) {
 		_ = st.shard.SetTimesSampled(store.Ref{Index: it.Index, Seq: it.Seq}, uint32(min(it.TimesSampled, math.MaxUint32)))
 	}
-	return st.shard.Checkpoint(ctx, path, opts...)
 }
 
 // MutatePriorities is Table.MutatePriorities; the new priorities are also written
 // to the shard's status table (so that checkpoints keep them).
 func (st *ShardTable) MutatePriorities(updates []Update, deletes []uint64) error {
-	if err := st.t.MutatePriorities(updates, deletes); err != nil {
-		return err
-	}
-	for _, u := range updates {
-		if it, ok := st.t.Get(u.Key); ok {
-			_ = st.shard.SetPriority(store.Ref{Index: it.Index, Seq: it.Seq}, u.Priority)
-		}
-	}
-	return nil
+	return st.t.MutatePriorities(updates, deletes)
 }
 
 // Get returns the item with key.
@@ -570,6 +574,7 @@ func (st *ShardTable) Close() error {
 	st.cancel()
 	_ = st.t.Close()
 	<-st.done
+	st.writeTimesSampled() // for an owner that opens the shard after this one (none if it is closed)
 	// The device's last collection may still read held rows: it ends first.
 	err := st.UnregisterDevice(context.Background())
 	st.mu.Lock()

@@ -3,6 +3,7 @@ package sample
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/gear-rl/gear/store"
@@ -74,25 +75,30 @@ func (t *Table) insertAdmitted(it Item) (bool, error) {
 	}
 	t.placeLocked(slot, it)
 	ins, smp, del := t.limiter.Counts()
-	t.limiter.SetCounts(ins, smp+t.restoredSamples(), del)
+	t.limiter.SetCounts(ins, smp+t.restoredSamples(1), del)
 	t.trimLocked()
 	return true, nil
 }
 
-// restoredSamples is how many samples a row admitted again (admitExisting,
-// ResumeCounts) counts as beside its insert. Where sampling leaves items in
-// the table, SamplesPerInsert: the balance between inserts and samples
-// starts where it would be without the row, since the samples of the items
-// gone since are not known. Where an item leaves at its first sample
-// (max_times_sampled 1: a Queue, a Stack), the rows held are exactly the
-// inserts not yet sampled, which are the limiter's whole balance: none, so
-// that a restored queue of n rows gives n samples, as Reverb's checkpointed
-// limiter does.
-func (t *Table) restoredSamples() int64 {
-	if t.maxTimes == 1 {
+// restoredSamples is how many samples n rows admitted again (admitExisting,
+// ResumeCounts) count as beside their inserts (the caller holds t.mu). Where
+// sampling leaves items in the table, SamplesPerInsert each: the balance
+// between inserts and samples starts where it would be without the rows,
+// since the samples of the items gone since are not known. The counts are
+// whole: the fraction left over is carried to the next rows (restoredFrac),
+// so that 8 rows at 0.5 count 4 samples, admitted one by one or together.
+// Where an item leaves at its first sample (max_times_sampled 1: a Queue, a
+// Stack), the rows held are exactly the inserts not yet sampled, which are
+// the limiter's whole balance: none, so that a restored queue of n rows gives
+// n samples, as Reverb's checkpointed limiter does.
+func (t *Table) restoredSamples(n int64) int64 {
+	if t.maxTimes == 1 || n <= 0 {
 		return 0
 	}
-	return int64(t.limiter.Config().SamplesPerInsert + 0.5)
+	x := t.restoredFrac + float64(n)*t.limiter.Config().SamplesPerInsert
+	whole := math.Floor(x + 1e-9) // 1e-9: ten rows at 0.1 make one sample, not 0.999...
+	t.restoredFrac = max(x-whole, 0)
+	return int64(whole)
 }
 
 // ResumeCounts carries the rate limiter's counts over from the table of an
@@ -120,9 +126,10 @@ func (st *ShardTable) ResumeCounts(inserts, samples int64, size int) error {
 		return t.errClosed("resume counts")
 	}
 	now := int64(t.sampler.Len())
+	t.restoredFrac = 0 // the counts of the rows admitted at construction are replaced
 	if extra := now - int64(size); extra > 0 {
 		inserts += extra
-		samples += extra * t.restoredSamples()
+		samples += t.restoredSamples(extra)
 	}
 	inserts = max(inserts, now)
 	t.limiter.SetCounts(inserts, samples, inserts-now)

@@ -146,6 +146,8 @@ type Table struct {
 	ahead         [victimsAhead]int  // touchVictims' scratch
 	touchRows     func([]int) uint64 // loads what deleting the slots will touch outside the table; nil: nothing
 	beforeWait    func()             // called with mu held before a call waits (ShardTable: flushPassLocked); may be nil
+	onPriority    func(Item)         // called with mu held after an item's priority changed (ShardTable: the row's); may be nil
+	restoredFrac  float64            // the fraction of a sample that restoredSamples carries to its next rows
 }
 
 // NewTable checks cfg and returns an empty table.
@@ -549,6 +551,9 @@ func (t *Table) setPriority(slot int, p float64) {
 	t.items[slot].Priority = p
 	_ = t.sampler.Update(slot, p)
 	_ = t.remover.Update(slot, p)
+	if t.onPriority != nil {
+		t.onPriority(t.items[slot])
+	}
 }
 
 // canInsert is the insert condition: the rate limiter's, or for a shard of a
