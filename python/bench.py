@@ -188,17 +188,67 @@ class Pool:
 
 def interleaved(pools, windows, seconds):
     """For each pool: the medians of its one- and two-writer windows, the
-    median of the ratios of its adjacent pairs, and the CPU of its last pair
-    (print_cpu). The windows run one, two, one, two, ..., pool after pool
-    within each round."""
-    res = [([], [], {}) for _ in pools]
+    median of the ratios of its adjacent pairs, the CPU of its last pair
+    (print_cpu), and each pair's ratio with the line times (line_ns) probed
+    just before and just after it. The windows run one, two, one, two, ...,
+    pool after pool within each round."""
+    res = [([], [], {}, []) for _ in pools]
     for _ in range(windows):
-        for pool, (ones, twos, c) in zip(pools, res):
+        for pool, (ones, twos, c, lines) in zip(pools, res):
+            before = line_ns()
             ones.append(pool.window(1, seconds))
             twos.append(pool.window(2, seconds))
+            lines.append((twos[-1] / ones[-1], before, line_ns()))
             c.update(cpu)
-    return [(statistics.median(o), statistics.median(t), statistics.median(b / a for a, b in zip(o, t)), c)
-            for o, t, c in res]
+    return [(statistics.median(o), statistics.median(t), statistics.median(b / a for a, b in zip(o, t)), c, lines)
+            for o, t, c, lines in res]
+
+
+def line_ns():
+    """How long one cache line takes between this process's first two CPUs,
+    in ns (None where it may run on one only). The writers and the owner meet
+    on a few such lines per row, so the writers' ratio follows it; on a
+    virtual machine it changes with where the host puts the virtual CPUs,
+    sometimes from one minute to the next (docs/benchmarks.md)."""
+    try:
+        return gear._lib.line_latency_ns(20000)
+    except gear.InvalidArgument:
+        return None
+
+
+def by_line(lines):
+    """The pairs' ratios grouped by the line time around them: the probes
+    (ns) sorted and split where one exceeds the one before by half; a pair
+    whose two probes fall in different groups straddled a change and is left
+    out. Returns [(lo ns, hi ns, median ratio, pairs)], and the pairs left out."""
+    groups = []
+    for v in sorted(v for _, b, a in lines for v in (b, a) if v is not None):
+        if groups and v <= groups[-1][1] * 1.5:
+            groups[-1][1] = v
+        else:
+            groups.append([v, v])
+
+    def group(v):
+        return next((i for i, (lo, hi) in enumerate(groups) if v is not None and lo <= v <= hi), None)
+
+    ratios = [[] for _ in groups]
+    straddled = 0
+    for r, b, a in lines:
+        g = group(b)
+        if g is None or g != group(a):
+            straddled += 1
+        else:
+            ratios[g].append(r)
+    return [(lo, hi, statistics.median(rs), len(rs)) for (lo, hi), rs in zip(groups, ratios) if rs], straddled
+
+
+def print_by_line(lines):
+    """The line of by_line's groups, under a writers' ratio."""
+    groups, straddled = by_line(lines)
+    parts = [f"{lo:.0f}-{hi:.0f} ns: {r:.2f}x ({n} pair{'s' * (n > 1)})" for lo, hi, r, n in groups]
+    if straddled:
+        parts.append(f"{straddled} pair{'s' * (straddled > 1)} across a change")
+    print(f"{'    by line time between CPUs':34} " + ("; ".join(parts) or "not measured (one CPU)"))
 
 
 def main():
@@ -291,8 +341,9 @@ def main():
     # into its own numpy ring. Where two such reach less than twice one, the
     # machine itself (its cores' shared caches and clocks, a virtual
     # machine's neighbours) sets the ceiling of the writers' ratio.
-    (one_w, two_w, rw, cpu_w), row, peer = pooled(a, ((t.segment, "batch"), (t.segment, "row"), ("-", "ring")))
+    (one_w, two_w, rw, cpu_w, lines_w), row, peer = pooled(a, ((t.segment, "batch"), (t.segment, "row"), ("-", "ring")))
     print(f"{'writer processes, full table':34} one {one_w:,.0f} rows/s, two {two_w:,.0f} rows/s: {rw:.2f}x")
+    print_by_line(lines_w)
     print_cpu(cpu_w)
 
     def fresh(k, mode="batch"):
@@ -320,18 +371,21 @@ def pooled(a, kinds):
         for pool in pools:
             pool.close()
     print(f"{a.windows} pairs of {a.window} s windows alternating one writer process and two, medians;"
-          " ratio: median of the pairs' ratios")
+          " ratio: median of the pairs' ratios; line time: one cache line passed between two CPUs, probed"
+          " before and after each pair")
     return res
 
 
 def print_row_writers(row, peer):
     """The lines of the row writers and of their peer (interleaved()'s
     results for each)."""
-    (one_r, two_r, rr, cpu_r), (one_p, two_p, rp, _) = row, peer
+    (one_r, two_r, rr, cpu_r, lines_r), (one_p, two_p, rp, _, lines_p) = row, peer
     print(f"{'writer processes, one row a call':34} one {one_r:,.0f} rows/s, two {two_r:,.0f} rows/s: {rr:.2f}x")
+    print_by_line(lines_r)
     print_cpu(cpu_r)
     print(f"{'  peer: numpy ring processes':34} one {one_p:,.0f} rows/s, two {two_p:,.0f} rows/s: {rp:.2f}x"
           f" (gear's row writers: {rr / rp:.2f} of the peer's ratio)")
+    print_by_line(lines_p)
 
 
 def row_writers(t, a):

@@ -38,6 +38,7 @@ var benchmarks = []benchmark{
 	{"launch", "wall and CPU time of whole commands against a peer (--vs)", benchLaunch},
 	{"gpu", "GPU gather and weighted sampling against their limits", benchGPU},
 	{"learner", "DQN learner gradient steps/s and frames/s, --device cpu|gpu", benchLearner},
+	{"line", "time of one cache line passed between two CPUs: what shared-memory writers meet on", benchLine},
 }
 
 func main() {

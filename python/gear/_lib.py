@@ -117,6 +117,7 @@ _SIGS = {
     "gear_param_reader": ([_u64, _cp, _i64, _P(_u64)], _i32),
     "gear_param_len": ([_u64, _P(_i64)], _i32),
     "gear_param_read": ([_u64, _u64, _i64, _p, _i64, _P(_u64)], _i32),
+    "gear_line_latency": ([_i64, _P(_u64)], _i32),
 }
 
 
@@ -234,6 +235,15 @@ def run_op(start, timeout, what):
         raise
     finally:
         lib.gear_close(op)
+
+
+def line_latency_ns(rounds=20000, timeout=10):
+    """How long one cache line takes to pass between the first two CPUs of
+    this process, in ns: the mean of rounds hand-overs (gear_line_latency).
+    What two writer processes reach against one follows it (python/bench.py
+    reports the ratio for each speed it saw); `gearbench line` prints it too."""
+    rounds = integer("line_latency_ns: rounds", rounds, 8, I64[1])
+    return run_op(lambda out: lib.gear_line_latency(rounds, out), timeout, "line latency") / 1000
 
 
 def path(what, p):

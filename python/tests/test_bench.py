@@ -31,15 +31,25 @@ def run_bench(*args):
     return out
 
 
-def check_ratios(out, lines, cpu_lines):
+def check_ratios(out, lines, cpu_lines, by_line=()):
     """Each of lines gives one's and two's rows/s and their ratio, and
-    cpu_lines lines give both runs' CPU."""
+    cpu_lines lines give both runs' CPU. Each of by_line (of lines: those
+    measured in windows) is followed by its ratio for each line time between
+    the CPUs, its two pairs counted there or as across a change."""
     assert "2 pairs of 0.05 s windows" in out, out
     for line in lines:
-        m = re.search(re.escape(line) + r"\s+one ([\d,]+) rows/s, two ([\d,]+) rows/s: ([\d.]+)x", out)
+        m = re.search(re.escape(line) + r"\s+one ([\d,]+) rows/s, two ([\d,]+) rows/s: ([\d.]+)x.*\n(.*)", out)
         assert m, f"no ratio for {line!r} in:\n{out}"
-        one, two, ratio = (float(g.replace(",", "")) for g in m.groups())
+        one, two, ratio = (float(g.replace(",", "")) for g in m.groups()[:3])
         assert one > 0 and two > 0 and ratio > 0, m.group(0)
+        if line in by_line:
+            nxt = m.group(4)
+            assert nxt.strip().startswith("by line time between CPUs"), f"after {line!r}: {nxt!r}"
+            groups = re.findall(r"(\d+)-(\d+) ns: ([\d.]+)x \((\d+) pairs?\)", nxt)
+            across = re.search(r"(\d+) pairs? across a change", nxt)
+            counted = sum(int(n) for *_, n in groups) + (int(across.group(1)) if across else 0)
+            assert counted == 2, f"after {line!r}: {nxt!r} counts {counted} pairs, want 2"
+            assert all(0 < int(lo) <= int(hi) and float(r) > 0 for lo, hi, r, _ in groups), nxt
     cpu = re.findall(r"1 writer ([\d.]+) \+ owner ([\d.]+) \(of \d+\), 2 writers ([\d.]+) \+ owner", out)
     assert len(cpu) == cpu_lines, out
     assert all(float(w1) > 0 and float(w2) > 0 for w1, _, w2 in cpu), cpu
@@ -53,15 +63,28 @@ def test_bench_runs_every_case(gear):
         m = re.search(re.escape(case) + r"\s+([\d,]+)\s+([\d,]+)\s+([\d.]+)", out)
         assert m, f"no figures for {case!r} in:\n{out}"
         assert all(float(g.replace(",", "")) > 0 for g in m.groups()), m.group(0)
-    check_ratios(out, ("writer processes, full table", "writer processes, table with room",
-                       "writer processes, one row a call", "peer: numpy ring processes"), 3)
+    windows = ("writer processes, full table", "writer processes, one row a call", "peer: numpy ring processes")
+    check_ratios(out, ("writer processes, table with room",) + windows, 3, windows)
 
 
 def test_bench_only_row_writers(gear):
     out = run_bench("--only", "row-writers")
-    check_ratios(out, ("writer processes, one row a call", "peer: numpy ring processes"), 1)
+    windows = ("writer processes, one row a call", "peer: numpy ring processes")
+    check_ratios(out, windows, 1, windows)
     for other in ("insert_batch", "sample+collect", "full table ", "table with room"):
         assert other not in out, f"--only row-writers measured {other!r}:\n{out}"
+
+
+def test_by_line_groups_pairs_by_line_time(gear):
+    sys.path.insert(0, os.path.dirname(BENCH))
+    import bench
+    # (ratio, probe before, probe after), ns: two speeds, a pair across a
+    # change, and one whose probe found one CPU only.
+    lines = [(1.6, 40, 45), (1.3, 190, 200), (1.7, 44, 41), (1.5, 45, 195), (1.62, 44, None)]
+    groups, across = bench.by_line(lines)
+    assert groups == [(40, 45, 1.65, 2), (190, 200, 1.3, 1)], groups
+    assert across == 2
+    assert bench.by_line([(1.9, None, None)]) == ([], 1)
 
 
 if __name__ == "__main__":
