@@ -34,6 +34,15 @@ func TestGearrunValidate(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "jobs: "+unknown+":4:1: launch.comand: unknown key") {
 		t.Errorf("validate of a misspelt key: exit %d\n%s", code, out)
 	}
+	// An empty string written for a key with a default is refused by validate
+	// and run alike, with its place.
+	empty := jobstest.WriteSpec(t, "name = \"\"\n[launch]\nnp = 1\ncommand = [\"true\"]\n")
+	for _, cmd := range []string{"validate", "run"} {
+		out, code = gearrunCmd(t, g, cmd, empty)
+		if want := "jobs: " + empty + ":1:1: name: must not be empty"; code != 1 || !strings.Contains(out, want) {
+			t.Errorf("%s of a spec with name = \"\": exit %d, want 1 and %q:\n%s", cmd, code, want, out)
+		}
+	}
 	if _, code := gearrunCmd(t, g, "validate"); code != 2 {
 		t.Errorf("validate without a file: exit %d, want 2", code)
 	}

@@ -122,16 +122,12 @@ func decode(data []byte, file string) (*Spec, map[string]any, error) {
 		}
 		doc = next
 	}
-	// A bare integer decodes into a Duration as nanoseconds; nobody means that.
-	for _, e := range checkDurations(raw, reflect.TypeFor[Spec](), "") {
-		var fe *FieldError
+	for _, fe := range checkValues(raw, reflect.TypeFor[Spec](), "") {
 		line, col := 0, 0
-		if errors.As(e, &fe) {
-			if kv, ok := kvs[fe.Field]; ok {
-				line, col = kv.line, kv.col
-			}
+		if kv, ok := findKeyValue(kvs, fe.Field); ok {
+			line, col = kv.line, kv.col
 		}
-		found = append(found, locatedError{line: line, col: col, err: located(e, file, line, col)})
+		found = append(found, locatedError{line: line, col: col, err: located(fe, file, line, col)})
 	}
 	if len(found) > 0 {
 		slices.SortStableFunc(found, func(a, b locatedError) int {
@@ -230,6 +226,22 @@ func keyValues(data []byte) map[string]keyValue {
 		}
 	}
 	return out
+}
+
+// findKeyValue finds where field is written: its own key = value, or else
+// the nearest key = value around it (an inline table or array that holds it:
+// "table.columns[0].name" in `columns = [{name = ""}]`).
+func findKeyValue(kvs map[string]keyValue, field string) (keyValue, bool) {
+	for {
+		if kv, ok := kvs[field]; ok {
+			return kv, true
+		}
+		i := strings.LastIndexAny(field, ".[")
+		if i <= 0 {
+			return keyValue{}, false
+		}
+		field = field[:i]
+	}
 }
 
 // indexedPath writes the array tables that path passes through with the index
@@ -350,7 +362,7 @@ func decodeError(err error, data []byte, file string) error {
 		if m := mismatchRE().FindStringSubmatch(msg); m != nil {
 			msg = fmt.Sprintf("want %s, got TOML %s", m[2], m[1])
 		}
-		key := keyPath(de.Key())
+		key := indexArrayTables(data, de.Key(), line)
 		if key != "" {
 			key += ": "
 		}
@@ -447,9 +459,15 @@ func (e *fileError) Unwrap() error { return e.err }
 
 var durationType = reflect.TypeFor[Duration]()
 
-// checkDurations reports Duration fields whose TOML value is not a string.
-func checkDurations(raw map[string]any, t reflect.Type, path string) []error {
-	var errs []error
+// checkValues reports what the decoder lets through in the tree raw of a
+// document (or of the part of it at path, of type t): a Duration written as
+// anything but a string (a bare integer would decode as nanoseconds, which
+// nobody means), and an empty string for a field tagged jobs:"nonempty" (a
+// key written as "" would otherwise stand for a missing key, and take its
+// default or fail without its place). Paths name arrays of tables with their
+// index: "group[1].role".
+func checkValues(raw map[string]any, t reflect.Type, path string) []*FieldError {
+	var errs []*FieldError
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
@@ -470,15 +488,24 @@ func checkDurations(raw map[string]any, t reflect.Type, path string) []error {
 			if _, isString := v.(string); !isString {
 				errs = append(errs, &FieldError{Field: p, Problem: fmt.Sprintf("want a duration string such as \"90s\", got %v", v)})
 			}
+		case ft.Kind() == reflect.String:
+			tag, hasTag := f.Tag.Lookup("jobs")
+			if s, isString := v.(string); isString && s == "" && hasTag {
+				problem := "must not be empty"
+				if tag == "nonempty,default" {
+					problem += "; leave the key out for its default"
+				}
+				errs = append(errs, &FieldError{Field: p, Problem: problem})
+			}
 		case ft.Kind() == reflect.Struct:
 			if m, ok := v.(map[string]any); ok {
-				errs = append(errs, checkDurations(m, ft, p)...)
+				errs = append(errs, checkValues(m, ft, p)...)
 			}
 		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
 			if list, ok := v.([]any); ok {
 				for j, item := range list {
 					if m, ok := item.(map[string]any); ok {
-						errs = append(errs, checkDurations(m, ft.Elem(), fmt.Sprintf("%s[%d]", p, j))...)
+						errs = append(errs, checkValues(m, ft.Elem(), fmt.Sprintf("%s[%d]", p, j))...)
 					}
 				}
 			}

@@ -15,10 +15,14 @@ import (
 // An SPMD job sets [launch].np and [launch].command; an MPMD job lists [[group]]s
 // instead, one per role, and keeps [launch] for what the roles share (env,
 // timeout, grace, output_dir).
+//
+// A string field tagged jobs:"nonempty" means nothing as "": a document that
+// writes it so is refused by Decode with the key's place, and one that leaves
+// it out gets its default (jobs:"nonempty,default") or fails Validate.
 type Spec struct {
 	// Name names the job in SLURM and in gear's records; Load defaults it to the
 	// spec file's base name.
-	Name   string  `toml:"name"`
+	Name   string  `toml:"name" jobs:"nonempty,default"`
 	Launch Launch  `toml:"launch"`
 	Groups []Group `toml:"group,omitempty"`
 	GMI    GMI     `toml:"gmi"`
@@ -89,7 +93,7 @@ func (l Launch) TorchEnvOn() bool { return l.TorchEnv == nil || *l.TorchEnv }
 // Group is one [[group]]: an MPMD role.
 type Group struct {
 	// Role names the role (GEAR_ROLE); unique within the spec.
-	Role string `toml:"role"`
+	Role string `toml:"role" jobs:"nonempty"`
 	// NP is the number of ranks of this role.
 	NP int `toml:"np"`
 	// Command is the role's program and arguments.
@@ -106,7 +110,7 @@ type GMI struct {
 	PerGPU int `toml:"per_gpu"`
 	// Backend is how a GPU is shared: "none", "mps", "mig" or "auto" (default
 	// "none" for one rank per GPU, "auto" otherwise).
-	Backend string `toml:"backend"`
+	Backend string `toml:"backend" jobs:"nonempty,default"`
 }
 
 // GMI backends.
@@ -155,7 +159,7 @@ type Slurm struct {
 // Validate accepts exactly the tables that Build builds.
 type Table struct {
 	// Name names the table (default "replay").
-	Name string `toml:"name"`
+	Name string `toml:"name" jobs:"nonempty,default"`
 	// Columns are the fields of a trajectory step.
 	Columns []Column `toml:"columns,omitempty"`
 	// Capacity is the number of trajectories per shard.
@@ -166,13 +170,13 @@ type Table struct {
 	// "uniform", "prioritized", "fifo", "lifo", "maxheap" or "minheap"
 	// ("max_heap" and "min_heap" too) (default "uniform"; "fifo" for a
 	// queue, "lifo" for a stack).
-	Sampler string `toml:"sampler"`
+	Sampler string `toml:"sampler" jobs:"nonempty,default"`
 	// PriorityExponent is the exponent of the prioritized sampler or remover
 	// (default 1 when either is "prioritized"; only for them).
 	PriorityExponent float64 `toml:"priority_exponent,omitempty"`
 	// Remover selects the victim when a shard is full; the same kinds as
 	// Sampler (default "fifo"; "lifo" for a stack).
-	Remover string `toml:"remover"`
+	Remover string `toml:"remover" jobs:"nonempty,default"`
 	// RateLimiter paces inserts against samples.
 	RateLimiter RateLimiter `toml:"rate_limiter"`
 	// MaxTimesSampled removes an item after it was sampled this often; 0 means
@@ -190,7 +194,7 @@ type Table struct {
 
 // Column is one field of a trajectory step.
 type Column struct {
-	Name string `toml:"name"`
+	Name string `toml:"name" jobs:"nonempty"`
 	// DType is one of store.DTypeNames: "float32", "float64", "float16",
 	// "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16",
 	// "uint32", "uint64" or "bool".
@@ -204,7 +208,7 @@ type Column struct {
 type RateLimiter struct {
 	// Kind is "min_size", "sample_to_insert_ratio", "queue" or "stack"
 	// (default "min_size").
-	Kind string `toml:"kind"`
+	Kind string `toml:"kind" jobs:"nonempty,default"`
 	// MinSizeToSample is the number of items the table must hold before
 	// sampling starts (default 1).
 	MinSizeToSample int `toml:"min_size_to_sample"`

@@ -256,7 +256,6 @@ func TestValidationRules(t *testing.T) {
 	tests := []struct {
 		name, doc, field, problem string
 	}{
-		{"name empty", `name = ""` + "\n[launch]\ncommand=[\"x\"]\n", "name", "must not be empty"}, // parsed without a file name
 		{"name chars", `name = "a b"` + "\n[launch]\ncommand=[\"x\"]\n", "name", "use letters"},
 		{"launch.np", `name="v"` + "\n[launch]\nnp = -1\ncommand=[\"x\"]\n", "launch.np", "must be at least 1"},
 		{"launch.np explicit zero", `name="v"` + "\n[launch]\nnp = 0\ncommand=[\"x\"]\n", "launch.np", "must be at least 1, got 0"},
@@ -391,7 +390,9 @@ func TestDecodeErrors(t *testing.T) {
 		{"unknown table key", "[table]\ncolumns = [{name = \"a\", dtype = \"int8\", shap = [1]}]\n", []string{"jobs: job.toml:2:41: ", "shap: unknown key"}},
 		{"array table index", "[table]\n[[table.columns]]\nname = \"a\"\n[[table.columns]]\nnmae = \"b\"\n", []string{"jobs: job.toml:5:1: table.columns[1].nmae: unknown key"}},
 		{"wrong type", "[launch]\nnp = \"four\"\n", []string{"jobs: job.toml:2:", "launch.np: want int, got TOML string"}},
-		{"wrong type in group", "[[group]]\nrole = 3\n", []string{"jobs: job.toml:2:", "group.role: want string, got TOML integer"}},
+		{"wrong type in group", "[[group]]\nrole = 3\n", []string{"jobs: job.toml:2:", "group[0].role: want string, got TOML integer"}},
+		{"wrong type in a later group", "[[group]]\nrole = \"a\"\nnp = 1\n[[group]]\nrole = \"b\"\nnp = \"2\"\n", []string{"jobs: job.toml:6:6: group[1].np: want int, got TOML string"}},
+		{"wrong type in a nested array table", "[[group]]\nrole = \"a\"\n[[table.columns]]\nname = \"a\"\n[[table.columns]]\nname = \"b\"\ndtype = 8\n", []string{"jobs: job.toml:7:9: table.columns[1].dtype: want string, got TOML integer"}},
 		{"bad duration", "[launch]\ntimeout = \"soon\"\n", []string{"jobs: job.toml:2:", "launch.timeout: want a duration such as"}},
 		{"integer duration", "[launch]\ngrace = 30\n", []string{"jobs: job.toml:2:1: launch.grace: want a duration string such as \"90s\", got 30"}},
 		{"syntax", "name = \n", []string{"jobs: job.toml:1:"}},
@@ -420,6 +421,48 @@ func TestDecodeErrors(t *testing.T) {
 // TestDecodeErrorsAllAtOnce: a spec with several mistakes of different kinds
 // reports every one of them in one run, in the order of the document, each as
 // file:line:column: key.
+// TestEmptyStringsRefused: a string key whose empty value means nothing,
+// written as "", is an error with its place, not a missing key that takes its
+// default; left out, it still takes it.
+func TestEmptyStringsRefused(t *testing.T) {
+	const groups = "[[group]]\nrole = \"a\"\nnp = 1\ncommand = [\"x\"]\n[[group]]\n"
+	const table = "name = \"v\"\n[launch]\ncommand = [\"x\"]\n[table]\ncapacity = 1\ntrajectory_length = 1\n"
+	const column = "[[table.columns]]\nname = \"obs\"\ndtype = \"int8\"\n"
+	for _, c := range []struct{ doc, want string }{
+		{"name = \"\"\n[launch]\ncommand = [\"x\"]\n", "jobs: job.toml:1:1: name: must not be empty; leave the key out for its default"},
+		{"name = \"v\"\n[launch]\ncommand = [\"x\"]\n[gmi]\nbackend = \"\"\n", "jobs: job.toml:5:1: gmi.backend: must not be empty; leave the key out for its default"},
+		{table + "name = \"\"\n" + column, "jobs: job.toml:7:1: table.name: must not be empty; leave the key out for its default"},
+		{table + "sampler = \"\"\n" + column, "jobs: job.toml:7:1: table.sampler: must not be empty; leave the key out for its default"},
+		{table + "remover = \"\"\n" + column, "jobs: job.toml:7:1: table.remover: must not be empty; leave the key out for its default"},
+		{table + column + "[table.rate_limiter]\nkind = \"\"\n", "jobs: job.toml:11:1: table.rate_limiter.kind: must not be empty; leave the key out for its default"},
+		{table + "rate_limiter = {kind = \"\"}\n" + column, "jobs: job.toml:7:1: table.rate_limiter.kind: must not be empty; leave the key out for its default"},
+		{"name = \"v\"\n" + groups + "role = \"\"\nnp = 1\ncommand = [\"y\"]\n", "jobs: job.toml:7:1: group[1].role: must not be empty"},
+		{table + column + "[[table.columns]]\nname = \"\"\ndtype = \"int8\"\n", "jobs: job.toml:11:1: table.columns[1].name: must not be empty"},
+	} {
+		for _, parse := range []func([]byte, string) (*Spec, error){Parse, DecodeDefaults} {
+			_, err := parse([]byte(c.doc), "job.toml")
+			if err == nil || err.Error() != c.want {
+				t.Errorf("error %v, want %q; document:\n%s", err, c.want, c.doc)
+				continue
+			}
+			if fe := (*FieldError)(nil); !errors.As(err, &fe) {
+				t.Errorf("error %q is not a *FieldError", err)
+			}
+		}
+	}
+	// Left out, each takes its default.
+	s, err := Parse([]byte(table+column), "job.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Name != "v" || s.GMI.Backend != BackendNone || s.Table.Name != DefaultTableName || s.Table.Sampler == "" || s.Table.Remover == "" || s.Table.RateLimiter.Kind != LimiterMinSize {
+		t.Errorf("defaults not filled: %+v, %+v", s.GMI, s.Table)
+	}
+	if s, err := Parse([]byte("[launch]\ncommand = [\"x\"]\n"), "dir/job.toml"); err != nil || s.Name != "job" {
+		t.Errorf("a spec without a name: %v, name %q; want the file's, job", err, s.Name)
+	}
+}
+
 func TestDecodeErrorsAllAtOnce(t *testing.T) {
 	doc := `name = "x"
 [launch]
@@ -452,7 +495,7 @@ capacity = [
 		"jobs: job.toml:5:1: launch.timeout: want a duration string such as \"90s\", got 30",
 		"jobs: job.toml:6:9: launch.grace: want a duration such as",
 		"jobs: job.toml:7:12: launch.restarts: want int, got TOML string",
-		"jobs: job.toml:12:8: group.role: want string, got TOML integer",
+		"jobs: job.toml:12:8: group[1].role: want string, got TOML integer",
 		"jobs: job.toml:15:9: slurm.nodes: want int, got TOML string",
 		"jobs: job.toml:18:1: table.checkpoint_every: want a duration string such as \"90s\", got 5",
 		"jobs: job.toml:19:",

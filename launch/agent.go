@@ -30,9 +30,13 @@ import (
 //     stdin means the launcher or the connection is gone: the agent kills its
 //     ranks' process groups and exits.
 //   - agent to launcher: frames of a 9-byte header (kind, rank as uint32, payload
-//     length as uint32, big-endian) and a payload. Output frames hold whole
-//     lines of one rank's stdout or stderr.
-const agentVersion = 1
+//     length as uint32, big-endian) and a payload. Output frames hold one
+//     rank's stdout or stderr bytes unchanged: for a launcher that tags
+//     output (AgentJob.TagOutput), whole lines, a line longer than maxLine in
+//     pieces that no other rank's lines come between (within DefaultLineHold)
+//     and the last bytes without a newline as they are; else the bytes as
+//     they come. An empty output frame ends the stream.
+const agentVersion = 2
 
 // agentHello is the agent's first line, before its frames: what a login
 // shell prints before the agent starts (a chatty .bashrc) is passed on as text
@@ -41,8 +45,8 @@ const agentHello = "\x00gear-agent 1\n"
 
 // Frame kinds.
 const (
-	frameStdout  = 'o' // whole lines of the rank's stdout
-	frameStderr  = 'e' // whole lines of the rank's stderr
+	frameStdout  = 'o' // bytes of the rank's stdout; none: its end
+	frameStderr  = 'e' // bytes of the rank's stderr; none: its end
 	frameStarted = 's' // the rank started; payload: its pid
 	frameExited  = 'x' // the rank ended; payload: agentExit as JSON
 	frameFailed  = 'f' // the agent could not go on; payload: agentExit as JSON
@@ -51,8 +55,8 @@ const (
 	frameSegment = 'g' // a chunk of a metrics segment for the trace: name, '\n', offset (uint64), bytes
 )
 
-// maxFrame bounds a frame's payload (a pump writes at most a few lines of up
-// to maxLine each at once).
+// maxFrame bounds a frame's payload (an output frame holds at most a pump's
+// buffer, maxLine).
 const maxFrame = 16 << 20
 
 // AgentJob is what the launcher sends a host's agent: the plan (the agent
@@ -67,6 +71,11 @@ type AgentJob struct {
 	// ssh), as under mpirun.
 	Dir  string `json:"dir,omitempty"`
 	Plan *Plan  `json:"plan"`
+	// TagOutput says that the launcher tags the ranks' lines: the agent
+	// sends whole lines, holding a line longer than maxLine for at most
+	// LineHold (Options.LineHold; 0: DefaultLineHold).
+	TagOutput bool     `json:"tag_output,omitempty"`
+	LineHold  Duration `json:"line_hold,omitempty"`
 }
 
 // agentExit describes a rank's end, or the agent's failure.
@@ -200,6 +209,9 @@ func RunAgent(ctx context.Context, opts AgentOptions) error {
 		return agentFailed(out, -1, fmt.Errorf("launch: agent: %w", err))
 	}
 	a := &agent{job: &aj, opts: opts, out: out, in: in}
+	for i := range a.lines {
+		a.lines[i] = &lineSink{hold: time.Duration(aj.LineHold)}
+	}
 	return a.run(ctx)
 }
 
@@ -229,6 +241,9 @@ type agent struct {
 	groups []int
 	pumps  sync.WaitGroup
 	reads  []*os.File
+	// lines keep the ranks' lines whole in the frames (AgentJob.TagOutput):
+	// one for their stdout, one for their stderr, as the launcher has.
+	lines [2]*lineSink
 }
 
 func (a *agent) run(ctx context.Context) error {
@@ -455,11 +470,20 @@ func (a *agent) spawn(r int, dir string, stdin *os.File, base []string) (*os.Pro
 			return nil, fmt.Errorf("launch: output pipe: %w", err)
 		}
 		a.reads = append(a.reads, rd)
-		pump := newLinePump("", &lineSink{w: frameStream{a.out, kind, r}})
+		frames := frameStream{a.out, kind, r}
+		pump := newLinePump("", &lineSink{w: frames})
+		if a.job.TagOutput {
+			lines := a.lines[0]
+			if kind == frameStderr {
+				lines = a.lines[1]
+			}
+			pump = newWholeLinePump(frames, lines)
+		}
 		a.pumps.Add(1)
 		go func() {
 			defer a.pumps.Done()
 			pump.run(rd)
+			a.out.send(kind, r, nil) // the stream's end
 		}()
 		return w, nil
 	}
@@ -480,7 +504,7 @@ func (a *agent) spawn(r int, dir string, stdin *os.File, base []string) (*os.Pro
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
 	if err != nil {
-		return nil, startFailed(err, fmt.Sprintf("launch: rank %d on %s: start %s", r, a.job.Host, spec.Argv[0]))
+		return nil, startFailed(err, path, dir, fmt.Sprintf("launch: rank %d on %s: start %s", r, a.job.Host, spec.Argv[0]))
 	}
 	return proc, nil
 }

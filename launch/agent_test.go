@@ -195,6 +195,32 @@ func TestRunOnHostsProgramMissingOnHost(t *testing.T) {
 	}
 }
 
+// On a host too, a script whose #! interpreter is missing names it.
+func TestRunOnHostsScriptWithMissingInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "job.sh")
+	if err := os.WriteFile(script, []byte("#!/no/such/interpreter\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlan(Request{Groups: []Group{{NP: 1, Argv: []string{script}}}, RdzvAddr: "127.0.0.1:0", NoTorchEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.PlaceOnHosts([]Host{{"h1", 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var errw geartest.Buffer
+	_, err = RunOnHosts(context.Background(), p, Options{Stdout: &errw, Stderr: &errw, Grace: 2 * time.Second, Timeout: time.Minute}, fakeRemote(t))
+	var je *JobError
+	if !errors.As(err, &je) || je.Code != ExitNotFound {
+		t.Fatalf("RunOnHosts: %v, want code %d\n%s", err, ExitNotFound, errw.String())
+	}
+	want := fmt.Sprintf("gearrun: rank 0 on h1: start %s: its #! line names the interpreter /no/such/interpreter, which does not exist\n", script)
+	if errw.String() != want {
+		t.Fatalf("stderr %q, want only %q", errw.String(), want)
+	}
+}
+
 func TestRunOnHostsOutputDirAndTimeout(t *testing.T) {
 	p := hostsPlan(t, "h1:1,h2:1", 2, `echo "out $GEAR_RANK"; echo "err $GEAR_RANK" >&2; exec sleep 60`)
 	out := t.TempDir()

@@ -423,7 +423,8 @@ func (hj *hostJob) openSinks() error {
 // start starts host h's ssh and agent, and the goroutines that feed it and
 // read it.
 func (hj *hostJob) start(h *hostConn, rdzv string) error {
-	job, err := json.Marshal(AgentJob{Version: agentVersion, Host: h.name, RdzvAddr: rdzv, Dir: hj.rem.Dir, Plan: hj.plan})
+	job, err := json.Marshal(AgentJob{Version: agentVersion, Host: h.name, RdzvAddr: rdzv, Dir: hj.rem.Dir, Plan: hj.plan,
+		TagOutput: hj.opts.TagOutput && hj.opts.OutputDir == "", LineHold: Duration(hj.opts.LineHold)})
 	if err != nil {
 		return fmt.Errorf("launch: host %s: %w", h.name, err)
 	}
@@ -531,6 +532,14 @@ func (hj *hostJob) read(h *hostConn, r *bufio.Reader) error {
 	for _, x := range h.ranks {
 		mine[x] = true
 	}
+	// An agent that ended without ending a stream leaves its last line held
+	// or open: end it.
+	defer func() {
+		for _, x := range h.ranks {
+			hj.sinks[x][0].end()
+			hj.sinks[x][1].end()
+		}
+	}()
 	var buf []byte
 	for {
 		kind, rnk, data, err := readFrame(r, buf)
@@ -553,7 +562,11 @@ func (hj *hostJob) read(h *hostConn, r *bufio.Reader) error {
 			if kind == frameStderr {
 				s = 1
 			}
-			hj.sinks[rnk][s].emit(data, true)
+			if len(data) == 0 {
+				hj.sinks[rnk][s].end() // the rank's stream ended
+			} else {
+				hj.sinks[rnk][s].feed(data)
+			}
 		case frameMetrics:
 			if err := hj.live.figures(h.index, data); err != nil {
 				hj.log.Debug("launch: figures of a host", "host", h.name, "err", err)

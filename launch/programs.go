@@ -23,17 +23,57 @@ func (e *programError) Error() string { return e.err.Error() }
 
 func (e *programError) Unwrap() error { return e.err }
 
-// startFailed is a rank's program that could not start (os.StartProcess's
-// err), said as what (with err wrapped), with the exit code its reason
-// gives: ExitNotFound, ExitNotRunnable, else ExitLaunchFailed.
-func startFailed(err error, what string) *programError {
+// startFailed is the error of a rank's program at path, run in dir ("": the
+// launcher's), that could not start (os.StartProcess's err): what, then err
+// wrapped, with the exit code the reason gives: ExitNotFound,
+// ExitNotRunnable, else ExitLaunchFailed. The kernel's ENOENT also stands for
+// a missing interpreter on a script's #! line; where that is the reason, the
+// error names the interpreter instead of err.
+func startFailed(err error, path, dir, what string) *programError {
 	code := ExitLaunchFailed
 	if errors.Is(err, os.ErrNotExist) {
 		code = ExitNotFound
+		if interp, ok := missingInterpreter(path, dir); ok {
+			return &programError{fmt.Errorf("%s: its #! line names the interpreter %s, which does not exist", what, interp), code}
+		}
 	} else if errors.Is(err, os.ErrPermission) || errors.Is(err, syscall.ENOEXEC) {
 		code = ExitNotRunnable
 	}
 	return &programError{fmt.Errorf("%s: %w", what, err), code}
+}
+
+// missingInterpreter reports the interpreter that the #! line of the
+// program at path names, when path exists, starts with #! and that
+// interpreter does not exist. A relative path is taken in dir, where the
+// kernel looks for it.
+func missingInterpreter(path, dir string) (string, bool) {
+	in := func(p string) string {
+		if dir != "" && !filepath.IsAbs(p) {
+			return filepath.Join(dir, p)
+		}
+		return p
+	}
+	f, err := os.Open(in(path))
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	head := make([]byte, 256) // what Linux reads of a #! line (BINPRM_BUF_SIZE)
+	n, _ := io.ReadFull(f, head)
+	line, ok := strings.CutPrefix(string(head[:n]), "#!")
+	if !ok {
+		return "", false
+	}
+	line, _, _ = strings.Cut(line, "\n")
+	fields := strings.Fields(line)
+	if len(fields) == 0 {
+		return "", false
+	}
+	interp := fields[0]
+	if _, err := os.Stat(in(interp)); !errors.Is(err, os.ErrNotExist) {
+		return "", false
+	}
+	return interp, true
 }
 
 func exitCodeOf(err error) int {

@@ -50,6 +50,10 @@ type Options struct {
 	// Drain is how long output is still read after the ranks ended, for
 	// grandchildren that hold a pipe open (0: DefaultDrain).
 	Drain time.Duration
+	// LineHold bounds how long tagged output waits for a line longer than
+	// 1 MiB that a rank began and has not ended, before that line is cut
+	// (0: DefaultLineHold).
+	LineHold time.Duration
 	// Signals, if set, delivers the signals to forward (SIGINT, SIGTERM): the first
 	// is forwarded to every rank's process group and starts the grace period; a
 	// second kills at once. Run installs no signal handler itself.
@@ -149,6 +153,9 @@ type job struct {
 	res  *Result
 
 	stdout, stderr *lineSink
+	// stdinCopy lets one generation's copy of Options.Stdin read it at a
+	// time (stdinFile).
+	stdinCopy sync.Mutex
 
 	procs  []*os.Process
 	groups []int // process group of each started rank (its pid), 0 if not started
@@ -224,8 +231,8 @@ func newJob(p *Plan, opts Options) (*job, error) {
 		plan:   p,
 		opts:   opts,
 		res:    &Result{JobID: p.JobID, FailedRank: -1, Ranks: make([]RankResult, n)},
-		stdout: &lineSink{w: opts.Stdout},
-		stderr: &lineSink{w: opts.Stderr},
+		stdout: &lineSink{w: opts.Stdout, hold: opts.LineHold},
+		stderr: &lineSink{w: opts.Stderr, hold: opts.LineHold},
 	}
 	j.loop = &RestartLoop{Name: opts.Name, Max: p.MaxRestarts, Out: sinkWriter{j.stderr}}
 	for i := range j.res.Ranks {

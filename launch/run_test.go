@@ -194,3 +194,40 @@ func TestRunLeavesOtherChildrenToTheirWaiters(t *testing.T) {
 		t.Errorf("job exit codes %v: want 0 for the job whose ranks all exit 0, non-zero for the others", codes)
 	}
 }
+
+// A script whose #! interpreter does not exist fails as a missing program
+// does (127), and the error names the interpreter, not the script, which
+// exists; a script in the plan's directory is read there.
+func TestRunScriptWithMissingInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "job.sh")
+	if err := os.WriteFile(script, []byte("#! /no/such/interpreter -e\necho hi\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv0 := range []string{script, "./job.sh"} {
+		p, err := NewPlan(Request{Groups: []Group{{NP: 1, Argv: []string{argv0}}}, Dir: dir, IsGoPackage: noGo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errw geartest.Buffer
+		_, err = Run(context.Background(), p, testOptions(t, &out, &errw))
+		var je *JobError
+		if !errors.As(err, &je) || je.Code != ExitNotFound {
+			t.Fatalf("%s: %v, want a JobError with code %d\n%s", argv0, err, ExitNotFound, errw.String())
+		}
+		want := "launch: rank 0: start " + argv0 + ": its #! line names the interpreter /no/such/interpreter, which does not exist"
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %q, want %q", argv0, err, want)
+		}
+	}
+	// A missing program is still said so.
+	p, err := NewPlan(Request{Groups: []Group{{NP: 1, Argv: []string{filepath.Join(dir, "none.sh")}}}, IsGoPackage: noGo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errw geartest.Buffer
+	_, err = Run(context.Background(), p, testOptions(t, &out, &errw))
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || strings.Contains(err.Error(), "#!") {
+		t.Errorf("missing program: %v", err)
+	}
+}

@@ -49,9 +49,12 @@ func (j *job) stdinFile() (*os.File, error) {
 		return nil, fmt.Errorf("launch: stdin pipe: %w", err)
 	}
 	// The copy may stay blocked reading a terminal after the job ends; it holds
-	// nothing but pw, and ends at the next line typed or at exit.
+	// nothing but pw, and ends at the next line typed or at exit. Each
+	// generation has its copy; they read Stdin one after the other.
 	go func() {
+		j.stdinCopy.Lock()
 		io.Copy(pw, j.opts.Stdin)
+		j.stdinCopy.Unlock()
 		pw.Close()
 	}()
 	return pr, nil
@@ -83,7 +86,7 @@ func (j *job) spawn(i int, path string, stdin *os.File, base []string) error {
 	stdout.Close() // the child holds its own copies now
 	stderr.Close()
 	if err != nil {
-		return startFailed(err, fmt.Sprintf("launch: rank %d: start %s", i, r.Argv[0]))
+		return startFailed(err, path, j.plan.Dir, fmt.Sprintf("launch: rank %d: start %s", i, r.Argv[0]))
 	}
 	j.procs[i] = proc
 	j.groups[i] = proc.Pid

@@ -211,7 +211,7 @@ func TestBindLaunchErrors(t *testing.T) {
 		{"--bind none with GMIs", []string{"--bind", "none", "--gmi-per-gpu", "2", "-np", "1", "PROG"}, 2, "--bind none with --gmi-per-gpu"},
 		{"--topology without binding", []string{"--topology", topologyFile("a100-2x.toml"), "-np", "1", "PROG"}, 2, "--topology needs GPU binding"},
 		{"-x fights the binding", []string{"--topology", topologyFile("a100-2x.toml"), "--bind", "gpu", "-x", "CUDA_VISIBLE_DEVICES=1", "-np", "1", "PROG"}, 2,
-			"env CUDA_VISIBLE_DEVICES: the group's GPU binding sets it"},
+			"-x CUDA_VISIBLE_DEVICES: set by the launcher for each rank"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			envs, code, stderr := bindRun(t, nil, c.args...)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,7 +78,7 @@ func (g *groupFlags) register(fs *flag.FlagSet) {
 	fs.Var(npFlag{g}, "np", "`N` ranks in this group (required); MIN:MAX: an elastic size (a job of one group): MAX ranks, and after a lost host with --max-restarts as many as the hosts left hold, at least MIN")
 	fs.Var(npFlag{g}, "n", "same as -np `N`")
 	fs.StringVar(&g.role, "role", "", "role name of this group (default: program base name for MPMD jobs)")
-	fs.Var(&g.env, "x", "pass `NAME=VALUE`, or NAME with the launcher's value, to the ranks (repeatable)")
+	fs.Var(&g.env, "x", "pass `NAME=VALUE`, or NAME with the launcher's value, to the ranks (repeatable); not a variable the launcher sets for each rank (GEAR_RANK, CUDA_VISIBLE_DEVICES, ...)")
 	b := &g.bind
 	fs.StringVar(&b.bind, "bind", "none", "`gpu`: bind each rank to a GPU (CUDA_VISIBLE_DEVICES); none: no GPU binding")
 	fs.IntVar(&b.perGPU, "gmi-per-gpu", 1, "`K` ranks share each GPU as GMIs (MPS shares or MIG instances); implies --bind gpu")
@@ -276,6 +277,12 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		if err != nil {
 			return lf, req, fmt.Errorf("group %d (%s): %w", i, prog[0], err)
 		}
+		if err := checkEnvFlags(g.env); err != nil {
+			if i == 0 {
+				return lf, req, err
+			}
+			return lf, req, fmt.Errorf("group %d (%s): %w", i, prog[0], err)
+		}
 		if g.minNP > 0 && len(segments) > 1 {
 			return lf, req, fmt.Errorf("group %d (%s): -np %d:%d: an elastic size is for a job of one group", i, prog[0], g.minNP, g.np)
 		}
@@ -321,6 +328,19 @@ func parseLaunch(args []string, stderr io.Writer) (launchFlags, launch.Request, 
 		return lf, req, errors.New("--topology needs GPU binding (--bind gpu or --gmi-per-gpu K)")
 	}
 	return lf, req, nil
+}
+
+// checkEnvFlags refuses a -x of a variable that the launcher sets for each
+// rank: the names of rank.LauncherEnv, which a job spec's env may not set
+// either.
+func checkEnvFlags(env []string) error {
+	reserved := rank.LauncherEnv()
+	for _, kv := range env {
+		if name, _, _ := strings.Cut(kv, "="); slices.Contains(reserved, name) {
+			return fmt.Errorf("-x %s: set by the launcher for each rank; -x may not set it", name)
+		}
+	}
+	return nil
 }
 
 // bindsGPUs reports whether any group asks for GPU binding.

@@ -333,6 +333,25 @@ func TestTaggedOutputNeverTearsLines(t *testing.T) {
 	check("stderr", &stderr, "e")
 }
 
+// With --tag-output=false a rank's bytes pass through unchanged: no newline
+// is added at the end, and a line of 3 MB is not split.
+func TestUntaggedOutputPassesThrough(t *testing.T) {
+	t.Setenv(rank.EnvRuntimeDir, t.TempDir())
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tag-output=false", "-np", "1", "printf", "abc"}, "abc"},
+		{[]string{"--tag-output=false", "-np", "1", "sh", "-c", "head -c 3000000 /dev/zero | tr '\\0' y"}, strings.Repeat("y", 3000000)},
+	} {
+		var out, errb bytes.Buffer
+		code := run(c.args, stdio{strings.NewReader(""), &out, &errb})
+		if code != 0 || out.String() != c.want {
+			t.Errorf("%v: exit %d, %d bytes out (ending %q), want 0 and %d bytes; stderr %q", c.args, code, out.Len(), out.String()[max(out.Len()-8, 0):], len(c.want), errb.String())
+		}
+	}
+}
+
 func TestFailFast(t *testing.T) {
 	dir := t.TempDir()
 	const grace = time.Second
@@ -596,6 +615,38 @@ func TestUsageErrors(t *testing.T) {
 		if code := run(args, stdio{strings.NewReader(""), &out, &errb}); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, errb.String())
 		}
+	}
+}
+
+// -x refuses every variable the launcher sets for each rank, as a job spec's
+// env does (rank.LauncherEnv), before anything starts: in the flags before the
+// first program and in a later group's.
+func TestEnvFlagRefusesLauncherVariables(t *testing.T) {
+	t.Setenv(rank.EnvRuntimeDir, t.TempDir())
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ran")
+	prog := []string{"sh", "-c", "touch " + mark}
+	for _, name := range rank.LauncherEnv() {
+		for _, args := range [][]string{
+			append([]string{"-x", name + "=7", "-np", "2"}, prog...),
+			append([]string{"-x", name, "-np", "1"}, prog...),
+			append([]string{"-np", "1", "/bin/true", ":", "-x", name + "=1", "-np", "1"}, prog...),
+		} {
+			var out, errb bytes.Buffer
+			code := run(args, stdio{strings.NewReader(""), &out, &errb})
+			want := "-x " + name + ": set by the launcher for each rank; -x may not set it\n"
+			if code != 2 || !strings.HasPrefix(errb.String(), "gearrun: ") || !strings.HasSuffix(errb.String(), want) {
+				t.Errorf("%v: exit %d, stderr %q; want 2 and %q", args, code, errb.String(), want)
+			}
+			if exists(mark) {
+				t.Fatalf("%v: a rank ran", args)
+			}
+		}
+	}
+	// Names that merely look like the contract's pass.
+	var out, errb bytes.Buffer
+	if code := run([]string{"-x", "GEAR_RANKS=1", "-x", "GEAR_TRANSPORT=tcp", "-np", "1", "/bin/true"}, stdio{strings.NewReader(""), &out, &errb}); code != 0 {
+		t.Errorf("exit %d (stderr %q), want 0", code, errb.String())
 	}
 }
 
