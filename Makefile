@@ -56,6 +56,7 @@ fuzz:
 	$(FUZZ) -fuzz='^FuzzParseTopology$$' ./gmi
 	$(FUZZ) -fuzz='^FuzzParseHeader$$' ./store
 	$(FUZZ) -fuzz='^FuzzCheckpointReader$$' ./store
+	$(FUZZ) -fuzz='^FuzzFreeQueue$$' ./store
 	$(FUZZ) -fuzz='^FuzzDecodeHeader$$' ./collective
 	$(FUZZ) -fuzz='^FuzzParseName$$' ./internal/shmname
 

@@ -85,12 +85,14 @@ func (s *Shard) reserve(i uint32) bool {
 func (s *Shard) refill() {
 	s.chunk, s.chunkHead = s.chunk[:0], 0
 	for len(s.chunk) < s.chunkRows {
-		i, ok := s.free.pop()
-		if !ok {
+		s.popped = s.free.popN(s.popped[:0], s.chunkRows-len(s.chunk))
+		if len(s.popped) == 0 {
 			break
 		}
-		if i < s.cap && s.reserve(i) {
-			s.chunk = append(s.chunk, i)
+		for _, i := range s.popped {
+			if i < s.cap && s.reserve(i) {
+				s.chunk = append(s.chunk, i)
+			}
 		}
 	}
 	if len(s.chunk) == 0 {

@@ -113,6 +113,40 @@ func (q *freeQueue) pop() (uint32, bool) {
 	return 0, false
 }
 
+// popN appends up to n of the oldest indices to dst and returns it (as it
+// was if the ring is empty). It takes cells from the head on, each by its
+// compare-and-swap as pop does, and moves the head once past all of them:
+// writers refilling their chunks at once would otherwise pass the head's
+// cache line back and forth once per index. A cell another pop took first is
+// passed over. Moving the head is bookkeeping as for pop: the cells behind it
+// are all taken, and a popN that dies before the move loses only the indices
+// it took, which the others' moves pass.
+func (q *freeQueue) popN(dst []uint32, n int) []uint32 {
+	p := q.head.Load()
+	for taken := 0; taken < n; {
+		c, l := q.cell(p), q.lap(p)
+		x := c.Load()
+		if x>>lapShift == l && x&fullBit != 0 {
+			if c.CompareAndSwap(x, emptyCell((l+1)&lapMask)) {
+				dst = append(dst, uint32(x))
+				taken++
+				p++
+			}
+			continue // lost the cell to a pop: it is empty now, passed over next
+		}
+		if x != emptyCell((l+1)&lapMask) {
+			break // nothing pushed here yet, or p is a lap behind: done
+		}
+		p++ // taken by another pop
+	}
+	for {
+		h := q.head.Load()
+		if h >= p || q.head.CompareAndSwap(h, p) {
+			return dst
+		}
+	}
+}
+
 // reset empties the ring (only while no other process uses it: set-up, restore).
 func (q *freeQueue) reset() {
 	for i := 0; i <= int(q.mask); i++ {

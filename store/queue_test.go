@@ -218,3 +218,166 @@ func TestCommitLogConcurrentAppends(t *testing.T) {
 		}
 	}
 }
+
+func TestFreeQueuePopN(t *testing.T) {
+	q, _ := testQueue(8)
+	if got := q.popN(nil, 4); len(got) != 0 {
+		t.Fatalf("popN of an empty queue: %v", got)
+	}
+	next := uint32(0)
+	for lap := range 4 { // wrap the ring several times
+		for range 7 {
+			if !q.push(next) {
+				t.Fatalf("lap %d: push %d refused", lap, next)
+			}
+			next++
+		}
+		want := next - 7
+		for _, n := range []int{3, 1, 5} { // the last asks for more than is left
+			got := q.popN(nil, n)
+			if len(got) != min(n, int(next-want)) {
+				t.Fatalf("lap %d: popN(%d) = %v with %d queued", lap, n, got, next-want)
+			}
+			for _, v := range got {
+				if v != want {
+					t.Fatalf("lap %d: popN(%d) = %v: want from %d on, in order", lap, n, got, want)
+				}
+				want++
+			}
+		}
+		if !q.empty() {
+			t.Fatalf("lap %d: head %d tail %d after taking every index", lap, q.head.Load(), q.tail.Load())
+		}
+	}
+	// It appends to dst.
+	q.push(70)
+	if got := q.popN([]uint32{1}, 4); !slices.Equal(got, []uint32{1, 70}) {
+		t.Fatalf("popN onto [1] = %v", got)
+	}
+}
+
+// TestFreeQueueAfterDeadPopN simulates a popN whose process died after taking
+// its cells, before moving the head past them: its indices are lost, as a dead
+// pop's is, and the others move the head on.
+func TestFreeQueueAfterDeadPopN(t *testing.T) {
+	q, _ := testQueue(4)
+	for v := range uint32(3) {
+		q.push(100 + v)
+	}
+	h := q.head.Load()
+	for p := h; p < h+2; p++ { // the dead popN's two compare-and-swaps
+		q.cell(p).Store(emptyCell((q.lap(p) + 1) & lapMask))
+	}
+	if got := q.popN(nil, 4); !slices.Equal(got, []uint32{102}) {
+		t.Fatalf("popN after a dead popN = %v, want [102]", got)
+	}
+	if !q.empty() {
+		t.Fatalf("head %d tail %d: the head did not pass the dead popN's cells", q.head.Load(), q.tail.Load())
+	}
+	for lap := range 3 { // around the ring: every cell is usable
+		for v := range uint32(4) {
+			if !q.push(uint32(lap*10) + v) {
+				t.Fatalf("lap %d: push %d refused", lap, v)
+			}
+		}
+		if got := q.popN(nil, 8); !slices.Equal(got, []uint32{uint32(lap * 10), uint32(lap*10) + 1, uint32(lap*10) + 2, uint32(lap*10) + 3}) {
+			t.Fatalf("lap %d: popN = %v", lap, got)
+		}
+	}
+	// A pop that read the head before popN moved it.
+	q.push(7)
+	q.push(8)
+	stale := q.head.Load()
+	if got := q.popN(nil, 1); !slices.Equal(got, []uint32{7}) {
+		t.Fatalf("popN = %v, want [7]", got)
+	}
+	q.head.Store(stale) // as the stale pop sees it: it passes the taken cell
+	if v, ok := q.pop(); !ok || v != 8 {
+		t.Fatalf("pop with the head behind popN's = %d, %v; want 8", v, ok)
+	}
+}
+
+// TestFreeQueuePopNConcurrent moves 64 tokens through a full queue of 64
+// cells from goroutines that take them one or several at a time: none is lost
+// or duplicated, and no push is refused.
+func TestFreeQueuePopNConcurrent(t *testing.T) {
+	q, _ := testQueue(64)
+	for i := range 64 {
+		q.push(uint32(i))
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			var buf []uint32
+			for range 20000 {
+				if g%2 == 0 {
+					v, ok := q.pop()
+					if ok && !q.push(v) {
+						t.Error("push refused with a token out")
+						return
+					}
+					continue
+				}
+				buf = q.popN(buf[:0], 1+g%5)
+				for _, v := range buf {
+					if !q.push(v) {
+						t.Error("push refused with tokens out")
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	got := q.popN(nil, 128)
+	slices.Sort(got)
+	if len(got) != 64 || got[0] != 0 || got[63] != 63 || len(slices.Compact(got)) != 64 {
+		t.Fatalf("tokens after the run: %v", got)
+	}
+}
+
+// FuzzFreeQueue runs push, pop and popN from one goroutine against a slice:
+// every index comes out once, in the order pushed, a push into a full ring
+// is refused, and the ring wraps any number of times.
+func FuzzFreeQueue(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 2, 5, 0, 8}, uint8(2))
+	f.Add([]byte{0, 0, 0, 0, 0, 23, 1, 1, 0, 2}, uint8(3))
+	f.Fuzz(func(t *testing.T, ops []byte, logSize uint8) {
+		size := 1 << (logSize % 5)
+		q, _ := testQueue(size)
+		var model []uint32
+		next := uint32(0)
+		for i, op := range ops {
+			switch op % 3 {
+			case 0:
+				ok := q.push(next)
+				if ok != (len(model) < size) {
+					t.Fatalf("op %d: push %d with %d of %d queued: %v", i, next, len(model), size, ok)
+				}
+				if ok {
+					model = append(model, next)
+				}
+				next++
+			case 1:
+				v, ok := q.pop()
+				if ok != (len(model) > 0) || (ok && v != model[0]) {
+					t.Fatalf("op %d: pop = %d, %v; queued %v", i, v, ok, model)
+				}
+				if ok {
+					model = model[1:]
+				}
+			default:
+				n := 1 + int(op/3)%8
+				got := q.popN(nil, n)
+				want := model[:min(n, len(model))]
+				if !slices.Equal(got, want) {
+					t.Fatalf("op %d: popN(%d) = %v, want %v", i, n, got, want)
+				}
+				model = model[len(want):]
+			}
+			if q.empty() != (len(model) == 0) {
+				t.Fatalf("op %d: empty() = %v with %d queued", i, q.empty(), len(model))
+			}
+		}
+	})
+}

@@ -91,6 +91,7 @@ type Shard struct {
 	chunk     []uint32
 	chunkHead int // chunk[:chunkHead] are used
 	chunkRows int
+	popped    []uint32 // refill's indices from the free queue, before it reserves them
 }
 
 // Compile-time check that a status row is exactly one stride.
@@ -243,6 +244,7 @@ func newShard(name string, l *layout, mem []byte, o options, rem Remover) *Shard
 		s.chunkRows = min(o.chunk, maxChunk, l.spec.Capacity)
 	}
 	s.chunk = make([]uint32, 0, s.chunkRows)
+	s.popped = make([]uint32, 0, s.chunkRows)
 	s.free = newFreeQueue((*atomic.Uint64)(unsafe.Add(base, offFreeHead)), (*atomic.Uint64)(unsafe.Add(base, offFreeTail)),
 		unsafe.Add(base, l.freeOff), l.freeCells)
 	s.free.bell = newBell(base, offFreeBell)
