@@ -183,13 +183,19 @@ func TestRunOnHostsProgramMissingOnHost(t *testing.T) {
 	if err := p.PlaceOnHosts([]Host{{"h1", 1}, {"h2", 1}}); err != nil {
 		t.Fatal(err)
 	}
+	runOnHostsNotFound(t, p, fmt.Sprintf("gearrun: rank 1 on h2: program %s does not exist\n", filepath.Join(dir, "missing")))
+}
+
+// runOnHostsNotFound runs p on fake hosts and checks that it fails with
+// ExitNotFound, having printed want and nothing else.
+func runOnHostsNotFound(t *testing.T, p *Plan, want string) {
+	t.Helper()
 	var errw geartest.Buffer
-	_, err = RunOnHosts(context.Background(), p, Options{Stdout: &errw, Stderr: &errw, Grace: 2 * time.Second, Timeout: time.Minute}, fakeRemote(t))
+	_, err := RunOnHosts(context.Background(), p, Options{Stdout: &errw, Stderr: &errw, Grace: 2 * time.Second, Timeout: time.Minute}, fakeRemote(t))
 	var je *JobError
 	if !errors.As(err, &je) || je.Code != ExitNotFound {
 		t.Fatalf("RunOnHosts: %v, want code %d\n%s", err, ExitNotFound, errw.String())
 	}
-	want := fmt.Sprintf("gearrun: rank 1 on h2: program %s does not exist\n", filepath.Join(dir, "missing"))
 	if errw.String() != want {
 		t.Fatalf("stderr %q, want only %q", errw.String(), want)
 	}
@@ -209,16 +215,7 @@ func TestRunOnHostsScriptWithMissingInterpreter(t *testing.T) {
 	if err := p.PlaceOnHosts([]Host{{"h1", 1}}); err != nil {
 		t.Fatal(err)
 	}
-	var errw geartest.Buffer
-	_, err = RunOnHosts(context.Background(), p, Options{Stdout: &errw, Stderr: &errw, Grace: 2 * time.Second, Timeout: time.Minute}, fakeRemote(t))
-	var je *JobError
-	if !errors.As(err, &je) || je.Code != ExitNotFound {
-		t.Fatalf("RunOnHosts: %v, want code %d\n%s", err, ExitNotFound, errw.String())
-	}
-	want := fmt.Sprintf("gearrun: rank 0 on h1: start %s: its #! line names the interpreter /no/such/interpreter, which does not exist\n", script)
-	if errw.String() != want {
-		t.Fatalf("stderr %q, want only %q", errw.String(), want)
-	}
+	runOnHostsNotFound(t, p, fmt.Sprintf("gearrun: rank 0 on h1: start %s: its #! line names the interpreter /no/such/interpreter, which does not exist\n", script))
 }
 
 func TestRunOnHostsOutputDirAndTimeout(t *testing.T) {
