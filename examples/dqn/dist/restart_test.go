@@ -84,3 +84,20 @@ func TestBoardResume(t *testing.T) {
 		t.Errorf("resume with another window: %d episodes, want 0", p.Episodes)
 	}
 }
+
+// TestBoardKeepsTheSolvingMean: an episode that ends after the run is solved
+// (an actor that had not heard of it yet) changes neither the episode count
+// nor the running mean the run reports. A return of 10 after the solving
+// ones put the mean of a run solved at 60 at 59.1.
+func TestBoardKeepsTheSolvingMean(t *testing.T) {
+	bd := &board{returns: make([]float64, 2), target: 60}
+	bd.episode(agent.Episode{Return: 70}, 10, 0)
+	if _, solved := bd.episode(agent.Episode{Return: 70}, 20, 0); !solved {
+		t.Fatal("not solved at a mean of 70 over the window")
+	}
+	p, solved := bd.episode(agent.Episode{Return: 10}, 30, 0)
+	if !solved || p.Episodes != 2 || p.MeanReturn != 70 || p.Frames != 30 || bd.solvedN != 2 {
+		t.Fatalf("after a later episode: solved %v, %d episodes, mean %v, %d frames (solved at %d); want 2, 70, 30 (2)",
+			solved, p.Episodes, p.MeanReturn, p.Frames, bd.solvedN)
+	}
+}

@@ -39,11 +39,18 @@ type board struct {
 // episode records a finished episode and reports the progress and whether
 // the run is solved now.
 // frames and elapsed update the run's counts, which the training loop
-// updates only once learning has started.
+// updates only once learning has started. Once the run is solved, the
+// episodes that actors still finish before they hear of it are not counted:
+// the episode count and the running mean stay those that solved it, which
+// the run reports (a later short episode put the mean of a solved run below
+// its target).
 func (bd *board) episode(ep agent.Episode, frames int64, elapsed time.Duration) (Progress, bool) {
 	bd.mu.Lock()
 	defer bd.mu.Unlock()
 	bd.p.Frames, bd.p.Elapsed = max(bd.p.Frames, frames), max(bd.p.Elapsed, elapsed)
+	if bd.solved {
+		return bd.p, true
+	}
 	w := len(bd.returns)
 	slot := bd.p.Episodes % w
 	bd.sum += ep.Return - bd.returns[slot]
