@@ -154,10 +154,16 @@ func (s *Shard) evict(want int, dst []uint32) []uint32 {
 	// evictions), look for the rows of dead writers and for free rows the queue
 	// lost: the fast paths below would never see them. The FIFO walk also starts
 	// afresh, finding rows that other processes' walks held back.
+	// With a remover that keeps a candidate heap, the same scan rebuilds it,
+	// so that a row whose priority fell since the last one is ranked anew.
 	if e.evictions >= max(uint64(s.cap), maintenanceEvery) {
 		e.evictions = 0
 		e.fifo.valid = false
-		if s.rescan(nil, false) > 0 {
+		var cand *evictor
+		if s.remover != nil {
+			cand = e
+		}
+		if s.rescan(cand, false) > 0 {
 			return dst
 		}
 	}

@@ -412,8 +412,9 @@ func (s *Shard) ColumnSpec(col int) Column {
 func (s *Shard) Close() error { return s.close(true) }
 
 // Detach releases this handle as Close does, but an owner leaves the shard
-// ready and its segment in place, as if its process had died: the next
-// process that opens it (Open) takes it over with every committed row. A
+// ready and its segment in place, as if its process had died: it clears the
+// shard's owner, and the next Open, from any process (this one too, while it
+// lives), takes the shard over with every committed row. A
 // rank stopped for a restart detaches its shard, so that the next
 // generation re-attaches it rather than restoring an older checkpoint.
 // Whoever ends the job removes the segment (the launcher, gearrun's sweep
@@ -440,6 +441,12 @@ func (s *Shard) close(remove bool) error {
 		}
 	}
 	s.slotWord(s.slot).CompareAndSwap(s.ident, 0)
+	if s.owner && !remove {
+		// Detach: the shard is nobody's now, as if this process had died,
+		// so that Open takes it over while this process still lives (this
+		// process's own Open too).
+		(*atomic.Uint64)(unsafe.Pointer(&s.mem[offOwner])).CompareAndSwap(s.ident, 0)
+	}
 	var errs []error
 	if s.owner && remove {
 		if err := unix.Unlink(segmentPath(s.name)); err != nil && !errors.Is(err, unix.ENOENT) {
