@@ -20,9 +20,11 @@ type clientEnd struct {
 	sem    chan struct{} // held by the call in progress, and by Close for good
 	closed chan struct{} // closed by Close
 	once   sync.Once     // guards Close
-	// bye is closed when the server says goodbye outside the replies (the
-	// sample stream's credit frames); nil for the streams whose goodbye is a
-	// reply.
+	// bye is closed once the client learned that the server closed the stream
+	// over TCP (the parameter service's goodbye answer, the sample stream's
+	// goodbye credit); from then on every call fails with ErrPeerClosed. It is
+	// nil over shared memory, where the segment's closed flag says the same, and
+	// for the inference stream, whose client keeps the goodbye reply instead.
 	bye   chan struct{}
 	watch *peerWatch // the server; set once the end is attached
 }
@@ -52,10 +54,16 @@ func (e *clientEnd) acquire(ctx context.Context) error {
 
 func (e *clientEnd) release() { <-e.sem }
 
-// check reports why the end cannot go on, if it cannot: the server was lost,
-// the end was closed, ctx ended, or (shared memory) the server closed the
-// stream or its process is gone.
+// check reports why the end cannot go on, if it cannot: the server closed the
+// stream, the server was lost, the end was closed, ctx ended, or (shared
+// memory) the server closed the stream or its process is gone. A goodbye comes
+// first: a server that said it closed is not lost afterwards.
 func (e *clientEnd) check(ctx context.Context) error {
+	select {
+	case <-e.bye:
+		return peerClosed(e.watch.role, e.watch.rank, e.name)
+	default:
+	}
 	if err := e.watch.err(); err != nil {
 		return err
 	}
@@ -79,16 +87,19 @@ func (e *clientEnd) check(ctx context.Context) error {
 }
 
 // connErr turns a broken connection into the end's error, recording the loss
-// of the server unless the end or the server closed on purpose.
+// of the server unless the server or the end closed on purpose.
 func (e *clientEnd) connErr(err error) error {
+	select {
+	case <-e.bye:
+		return peerClosed(e.watch.role, e.watch.rank, e.name)
+	default:
+	}
 	if lost := e.watch.err(); lost != nil {
 		return lost
 	}
 	select {
 	case <-e.closed:
 		return ErrClosed
-	case <-e.bye:
-		return peerClosed(e.watch.role, e.watch.rank, e.name)
 	default:
 	}
 	return e.watch.fail(fmt.Sprintf("connection to %s broke: %v", e.addr, err))

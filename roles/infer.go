@@ -548,7 +548,7 @@ func (s *InferenceServer) Close() error {
 			}
 		}
 		if s.tcp != nil {
-			s.tcp.shutdown()
+			s.tcp.shutdown(0)
 		}
 		s.wg.Wait()
 		if s.seg != nil {

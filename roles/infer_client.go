@@ -255,6 +255,9 @@ func (c *InferenceClient) readReply(ctx context.Context, acts []byte) (uint64, e
 		err := readCtx(ctx, c.conn, c.in[:repHeader], &c.got)
 		tag := binary.LittleEndian.Uint64(c.in[0:])
 		if err == nil && tag == goodbyeTag {
+			// The goodbye stays in c.in, read whole, and the request pending:
+			// every later call comes back here without writing, and fails the
+			// same way.
 			return 0, peerClosed(rolePolicy, c.server, c.name)
 		}
 		if err == nil {

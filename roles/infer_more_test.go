@@ -263,3 +263,36 @@ func TestInferenceFlushOnDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInferenceServerCloseStays: once a policy worker closed its stream, every
+// later Infer of its actors fails with ErrPeerClosed, never with a lost
+// server's error, whether the actor was waiting or idle when it closed.
+func TestInferenceServerCloseStays(t *testing.T) {
+	layouts(t, func(t *testing.T, layout string, _ roles.Transport) {
+		w := rolestest.World(t, 2, layout)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv, c := inferPair(t, ctx, w)
+		stop := startPolicy(t, ctx, srv)
+		act := make([]byte, 16)
+		if _, err := c.Infer(ctx, make([]byte, 16), act); err != nil {
+			t.Fatal(err)
+		}
+		stop()
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			_, err := c.Infer(ctx, make([]byte, 16), act)
+			if !errors.Is(err, roles.ErrPeerClosed) || errors.Is(err, roles.ErrLost) || !strings.Contains(err.Error(), "policy worker rank 0") {
+				t.Fatalf("Infer %d after the server closed: %v", i, err)
+			}
+		}
+		if _, err := c.InferMany(ctx, make([]byte, 16), 1, act); !errors.Is(err, roles.ErrPeerClosed) {
+			t.Fatalf("InferMany after the server closed: %v", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	})
+}

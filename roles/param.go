@@ -190,7 +190,8 @@ func (p *Publisher) Version() uint64 {
 }
 
 // Close ends the service: readers get an error matching ErrPeerClosed on their
-// next fetch, and the segment is removed. It is idempotent.
+// next fetch and every one after it, and the segment is removed. It is
+// idempotent.
 func (p *Publisher) Close() error {
 	var err error
 	p.once.Do(func() {
@@ -206,7 +207,7 @@ func (p *Publisher) Close() error {
 		p.mu.Unlock()
 		p.seg.wake(paramNotify)
 		if p.tcp != nil {
-			p.tcp.shutdown()
+			p.tcp.shutdown(0)
 		}
 		err = p.seg.close()
 	})

@@ -68,6 +68,7 @@ func NewReader(ctx context.Context, b collective.Bootstrap, name string, every i
 	}
 	if !shm {
 		r.addr, r.nonce = ep.TCP, ep.Nonce
+		r.bye = make(chan struct{})
 	}
 	r.watch = watchPeer(b, rolePublisher, ep.Rank, r.wake)
 	return r, nil
@@ -114,7 +115,8 @@ func (r *Reader) Version() uint64 { return r.version }
 // whether it took a newer version. It never waits for one to appear.
 //
 // Errors: the context's error; ErrClosed; a *LostError naming the publisher; an
-// error matching ErrPeerClosed when it closed the service.
+// error matching ErrPeerClosed when it closed the service, then on every later
+// call.
 func (r *Reader) MaybeRefresh(ctx context.Context, step int64) (bool, error) {
 	if r.refreshed && step >= r.lastStep && step-r.lastStep < r.every {
 		return false, nil
@@ -231,6 +233,11 @@ func (r *Reader) refreshTCP(ctx context.Context, wait bool) (bool, error) {
 	v, count := binary.LittleEndian.Uint64(hdr[:]), binary.LittleEndian.Uint64(hdr[8:])
 	switch {
 	case v == paramGoodbye:
+		// The publisher closed: the reader remembers it and lets go of the
+		// connection, so that every later fetch fails the same way (check)
+		// instead of writing to a closed peer.
+		r.closeConn()
+		close(r.bye)
 		return false, peerClosed(rolePublisher, r.pub, r.name)
 	case count == 0:
 		return false, nil
@@ -253,14 +260,19 @@ func (r *Reader) refreshTCP(ctx context.Context, wait bool) (bool, error) {
 // dropConn closes the connection after a failed or cancelled exchange (the next
 // fetch dials again) and returns the reader's error.
 func (r *Reader) dropConn(ctx context.Context, err error) error {
-	if c := r.connLoad(); c != nil {
-		c.Close()
-		r.connStore(nil)
-	}
+	r.closeConn()
 	if r.watch.err() == nil && ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return r.connErr(err)
+}
+
+// closeConn closes the connection, if any, and forgets it.
+func (r *Reader) closeConn() {
+	if c := r.connLoad(); c != nil {
+		c.Close()
+		r.connStore(nil)
+	}
 }
 
 // Close releases the reader; a fetch in progress returns ErrClosed. It is

@@ -258,3 +258,49 @@ func paramPair(tb testing.TB, ctx context.Context, w *collectivetest.World, n, e
 	tb.Cleanup(func() { r.Close() })
 	return pub, r
 }
+
+// TestParamPublisherCloseStays: once a reader learned that its publisher
+// closed, every later fetch (Latest, MaybeRefresh, Wait) says so again with an
+// error matching ErrPeerClosed, never one of a lost publisher.
+func TestParamPublisherCloseStays(t *testing.T) {
+	layouts(t, func(t *testing.T, layout string, _ roles.Transport) {
+		w := rolestest.World(t, 2, layout)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pub, r := paramPair(t, ctx, w, 10, 1)
+		if err := pub.Publish(ctx, 1, filled(10, 1)); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := r.Latest(ctx); err != nil || v != 1 {
+			t.Fatalf("Latest: %d, %v", v, err)
+		}
+		if err := pub.Close(); err != nil {
+			t.Fatal(err)
+		}
+		calls := []struct {
+			name string
+			call func() error
+		}{
+			{"Latest", func() error { _, err := r.Latest(ctx); return err }},
+			{"MaybeRefresh", func() error { _, err := r.MaybeRefresh(ctx, 100); return err }},
+			{"Wait", func() error { _, err := r.Wait(ctx, 2); return err }},
+			{"Latest again", func() error { _, err := r.Latest(ctx); return err }},
+			{"MaybeRefresh again", func() error { _, err := r.MaybeRefresh(ctx, 200); return err }},
+		}
+		for _, c := range calls {
+			err := c.call()
+			if !errors.Is(err, roles.ErrPeerClosed) || errors.Is(err, roles.ErrLost) || !strings.Contains(err.Error(), "parameter publisher rank 0") {
+				t.Fatalf("%s after the publisher closed: %v", c.name, err)
+			}
+		}
+		if r.Version() != 1 || checkParams(r) != nil {
+			t.Fatalf("after the publisher closed: version %d, %v", r.Version(), checkParams(r))
+		}
+		if err := r.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if _, err := r.Latest(ctx); !errors.Is(err, roles.ErrClosed) {
+			t.Fatalf("Latest after Close: %v", err)
+		}
+	})
+}

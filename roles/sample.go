@@ -396,9 +396,11 @@ func (r *SampleReceiver) watchShm() {
 	}
 }
 
-// Close ends the stream: senders get an error matching ErrPeerClosed, the
-// segment is removed, and the goroutines are joined. The record Recv returned
-// last becomes invalid. It is idempotent.
+// Close ends the stream: senders get an error matching ErrPeerClosed from every
+// Push that is waiting or comes after Close returns, the segment is removed, and
+// the goroutines are joined. Close waits (up to a second) for each TCP sender to
+// acknowledge that the stream closed. The record Recv returned last becomes
+// invalid. It is idempotent.
 func (r *SampleReceiver) Close() error {
 	var err error
 	r.once.Do(func() {
@@ -416,7 +418,9 @@ func (r *SampleReceiver) Close() error {
 			}
 		}
 		if r.tcp != nil {
-			r.tcp.shutdown()
+			// Each TCP sender acknowledges the goodbye once it has noted it
+			// (see readCredit), so that its Pushes after this Close fail.
+			r.tcp.shutdown(goodbyeDeadline)
 		}
 		r.wg.Wait()
 		r.sem <- struct{}{} // no Recv runs past this point
@@ -492,7 +496,8 @@ func (r *SampleReceiver) serveConn(c *tconn) {
 		select {
 		case r.tcpRecs <- t:
 		case <-r.closed:
-			return
+			// Closing: drop the frames until the sender ends its side, which
+			// acknowledges the goodbye (Close waits for it).
 		}
 	}
 }

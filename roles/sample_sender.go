@@ -177,7 +177,17 @@ func (s *SampleSender) pushShm(ctx context.Context, rec Record) error {
 
 func (s *SampleSender) pushTCP(ctx context.Context, rec Record) error {
 	fee := uint64(frameSize(len(rec.Data)))
-	for s.credit.Load() < fee {
+	for {
+		// The trainer's goodbye comes first: credit left over from before it
+		// buys nothing, the trainer no longer reads.
+		select {
+		case <-s.bye:
+			return peerClosed(roleTrainer, s.trainer, s.name)
+		default:
+		}
+		if s.credit.Load() >= fee {
+			break
+		}
 		select {
 		case <-s.granted:
 		case <-ctx.Done():
@@ -202,7 +212,11 @@ func (s *SampleSender) pushTCP(ctx context.Context, rec Record) error {
 	return nil
 }
 
-// readCredit collects the trainer's credit frames.
+// readCredit collects the trainer's credit frames. On the trainer's goodbye it
+// closes bye, then half-closes the connection: the end of the sender's frames
+// tells the trainer that the sender knows, and the trainer's Close waits for it,
+// so that a Push after that Close fails (ErrPeerClosed) however soon it comes.
+// A Push writing at that moment fails too.
 func (s *SampleSender) readCredit() {
 	var b [8]byte
 	for {
@@ -213,6 +227,9 @@ func (s *SampleSender) readCredit() {
 		n := binary.LittleEndian.Uint64(b[:])
 		if n == goodbyeCredit {
 			close(s.bye)
+			if tc, ok := s.conn.(*net.TCPConn); ok {
+				tc.CloseWrite()
+			}
 			return
 		}
 		s.credit.Add(n)

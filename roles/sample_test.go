@@ -220,3 +220,42 @@ func TestSampleTrainerGone(t *testing.T) {
 		}
 	})
 }
+
+// TestSamplePushAfterTrainerClose: a Push made after the trainer's Close
+// returned fails with ErrPeerClosed, every time, rather than losing the record
+// without a word, though the sender still holds credit.
+func TestSamplePushAfterTrainerClose(t *testing.T) {
+	layouts(t, func(t *testing.T, layout string, _ roles.Transport) {
+		w := rolestest.World(t, 2, layout)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		recv, err := roles.NewSampleReceiver(ctx, w.Bootstrap(0), "traj", roles.SampleConfig{MaxRecordBytes: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer recv.Close()
+		s, err := roles.DialSamples(ctx, w.Bootstrap(1), "traj", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if err := s.Push(ctx, roles.Record{Version: 1, Data: record(1, 0, 40)}); err != nil {
+			t.Fatal(err)
+		}
+		if rec, err := recv.Recv(ctx); err != nil || rec.Version != 1 {
+			t.Fatalf("Recv: version %d, %v", rec.Version, err)
+		}
+		if err := recv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			err := s.Push(ctx, roles.Record{Version: 2, Data: record(1, 1+i, 40)})
+			if !errors.Is(err, roles.ErrPeerClosed) || !strings.Contains(err.Error(), "trainer rank 0") {
+				t.Fatalf("Push %d after the trainer closed: %v", i, err)
+			}
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	})
+}

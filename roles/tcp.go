@@ -164,8 +164,22 @@ func (s *tcpServer) goodbye(goodbye []byte) {
 }
 
 // shutdown closes every connection and joins the handlers; goodbye must come
-// first.
-func (s *tcpServer) shutdown() {
+// first. With ack > 0 it first gives the handlers up to ack to end on their own,
+// which they do when their peers acknowledge the goodbye by closing their side.
+func (s *tcpServer) shutdown(ack time.Duration) {
+	joined := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(joined)
+	}()
+	if ack > 0 {
+		t := time.NewTimer(ack)
+		select {
+		case <-joined:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	s.mu.Lock()
 	conns := make([]*tconn, 0, len(s.conns))
 	for c := range s.conns {
@@ -175,7 +189,7 @@ func (s *tcpServer) shutdown() {
 	for _, c := range conns {
 		c.Close()
 	}
-	s.wg.Wait()
+	<-joined
 }
 
 // dialTCP connects to a server and says hello as rank me.
