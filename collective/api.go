@@ -158,7 +158,7 @@ func Recv[T Elem](ctx context.Context, c *Comm, buf []T, src, tag int) error {
 	if tag < 0 {
 		return errors.New("collective: Recv: negative tag")
 	}
-	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: dtypeOf[T](), count: uint64(len(buf))})
+	x, err := c.begin(ctx, header{kind: kindP2P, p2p: "Recv", seq: uint64(tag), dtype: dtypeOf[T](), count: uint64(len(buf))})
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func SendRecv(ctx context.Context, c *Comm, send, recv [][]byte, peer, tag int) 
 	for _, b := range send {
 		total += len(b)
 	}
-	x, err := c.begin(ctx, header{kind: kindP2P, seq: uint64(tag), dtype: Bytes, count: uint64(total)})
+	x, err := c.begin(ctx, header{kind: kindP2P, p2p: "SendRecv", seq: uint64(tag), dtype: Bytes, count: uint64(total)})
 	if err != nil {
 		return err
 	}

@@ -602,7 +602,7 @@ func (c *Comm) start() {
 	c.unregLost = c.boot.OnLost(func(worldRank int, reason string) {
 		for r, w := range c.world {
 			if w == worldRank && r != c.rank {
-				c.fail(&LostError{Rank: r, WorldRank: worldRank, Reason: reason}, false)
+				c.fail(c.lostError(r, reason), false)
 			}
 		}
 	})

@@ -38,7 +38,13 @@ type MismatchError struct {
 }
 
 func (e *MismatchError) Error() string {
-	s := fmt.Sprintf("collective: mismatched calls: rank %d called %s but rank %d called %s", e.Rank, e.Call, e.PeerRank, e.PeerCall)
+	// The lower rank first, so that the two ranks that notice the same
+	// mismatch, each from its side, say it in the same words.
+	r, call, pr, pcall := e.Rank, e.Call, e.PeerRank, e.PeerCall
+	if pr < r {
+		r, call, pr, pcall = pr, pcall, r, call
+	}
+	s := fmt.Sprintf("collective: mismatched calls: rank %d called %s but rank %d called %s", r, call, pr, pcall)
 	if e.Detail != "" {
 		s += " (" + e.Detail + ")"
 	}

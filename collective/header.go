@@ -79,6 +79,9 @@ type header struct {
 	root  uint32 // root of rooted calls
 	n     uint32 // payload bytes of this frame
 	step  uint32 // algorithm-defined position of the frame (for protocol checks)
+	// p2p names a point-to-point call of this rank in errors ("Recv",
+	// "SendRecv"; "" is "Send", as every frame received says): not sent.
+	p2p string
 }
 
 func (h *header) encode(b []byte) {
@@ -118,7 +121,11 @@ func (h *header) sameCall(want *header) bool {
 func (h *header) describe() string {
 	switch h.kind {
 	case kindP2P:
-		return fmt.Sprintf("Send(%v, %d elements, tag %d)", h.dtype, h.count, int64(h.seq))
+		name := h.p2p
+		if name == "" {
+			name = "Send"
+		}
+		return fmt.Sprintf("%s(%v, %d elements, tag %d)", name, h.dtype, h.count, int64(h.seq))
 	case kindBarrier:
 		return fmt.Sprintf("Barrier as call %d", h.seq)
 	case kindSplit:
@@ -130,7 +137,7 @@ func (h *header) describe() string {
 	}
 	s += fmt.Sprintf("%v, %d elements", h.dtype, h.count)
 	if h.kind.rooted() {
-		s += fmt.Sprintf(", root %d", h.root)
+		s += fmt.Sprintf(", root %d", int32(h.root)) // a root out of range as the caller gave it (-1, not 4294967295)
 	}
 	return s + fmt.Sprintf(") as call %d", h.seq)
 }
