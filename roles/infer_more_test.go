@@ -74,20 +74,29 @@ func TestInferenceLostServer(t *testing.T) {
 	})
 }
 
+// servedOnce makes a policy worker and an actor on a world of layout, has
+// the worker answer one Infer, and stops it (the server stays open). The
+// context ends with the test.
+func servedOnce(t *testing.T, layout string) (context.Context, *roles.InferenceServer, *roles.InferenceClient, []byte) {
+	t.Helper()
+	w := rolestest.World(t, 2, layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	srv, c := inferPair(t, ctx, w)
+	stop := startPolicy(t, ctx, srv)
+	act := make([]byte, 16)
+	if _, err := c.Infer(ctx, make([]byte, 16), act); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	return ctx, srv, c, act
+}
+
 // TestInferenceServerClose: a policy worker that closes its stream makes its
 // actors' calls fail with ErrPeerClosed, not hang.
 func TestInferenceServerClose(t *testing.T) {
 	layouts(t, func(t *testing.T, layout string, _ roles.Transport) {
-		w := rolestest.World(t, 2, layout)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		srv, c := inferPair(t, ctx, w)
-		stop := startPolicy(t, ctx, srv)
-		act := make([]byte, 16)
-		if _, err := c.Infer(ctx, make([]byte, 16), act); err != nil {
-			t.Fatal(err)
-		}
-		stop()
+		ctx, srv, c, act := servedOnce(t, layout)
 		go func() {
 			time.Sleep(50 * time.Millisecond)
 			srv.Close()
@@ -269,16 +278,7 @@ func TestInferenceFlushOnDelay(t *testing.T) {
 // server's error, whether the actor was waiting or idle when it closed.
 func TestInferenceServerCloseStays(t *testing.T) {
 	layouts(t, func(t *testing.T, layout string, _ roles.Transport) {
-		w := rolestest.World(t, 2, layout)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		srv, c := inferPair(t, ctx, w)
-		stop := startPolicy(t, ctx, srv)
-		act := make([]byte, 16)
-		if _, err := c.Infer(ctx, make([]byte, 16), act); err != nil {
-			t.Fatal(err)
-		}
-		stop()
+		ctx, srv, c, act := servedOnce(t, layout)
 		if err := srv.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -112,20 +112,8 @@ func TestSampleStreamDelivers(t *testing.T) {
 // the actor's queue is full, and lets it go on as records are released.
 func TestSampleBackPressure(t *testing.T) {
 	layouts(t, func(t *testing.T, layout string, _ roles.Transport) {
-		w := rolestest.World(t, 2, layout)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		// Records of 48 bytes take 64 each: four fill the 256-byte queue.
-		recv, err := roles.NewSampleReceiver(ctx, w.Bootstrap(0), "traj", roles.SampleConfig{MaxRecordBytes: 100, QueueBytes: 256})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer recv.Close()
-		s, err := roles.DialSamples(ctx, w.Bootstrap(1), "traj", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		ctx, recv, s := samplePair(t, layout, roles.SampleConfig{MaxRecordBytes: 100, QueueBytes: 256})
 		push := func(i int, d time.Duration) error {
 			pctx, cancel := context.WithTimeout(ctx, d)
 			defer cancel()
@@ -223,22 +211,31 @@ func TestSampleTrainerGone(t *testing.T) {
 
 // TestSamplePushAfterTrainerClose: a Push made after the trainer's Close
 // returned fails with ErrPeerClosed, every time, rather than losing the record
+// samplePair makes a sample receiver (rank 0) of cfg and a sender (rank 1)
+// on a world of layout, both closed at the end of the test, as is the
+// context.
+func samplePair(t *testing.T, layout string, cfg roles.SampleConfig) (context.Context, *roles.SampleReceiver, *roles.SampleSender) {
+	t.Helper()
+	w := rolestest.World(t, 2, layout)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	recv, err := roles.NewSampleReceiver(ctx, w.Bootstrap(0), "traj", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { recv.Close() })
+	s, err := roles.DialSamples(ctx, w.Bootstrap(1), "traj", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return ctx, recv, s
+}
+
 // without a word, though the sender still holds credit.
 func TestSamplePushAfterTrainerClose(t *testing.T) {
 	layouts(t, func(t *testing.T, layout string, _ roles.Transport) {
-		w := rolestest.World(t, 2, layout)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		recv, err := roles.NewSampleReceiver(ctx, w.Bootstrap(0), "traj", roles.SampleConfig{MaxRecordBytes: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer recv.Close()
-		s, err := roles.DialSamples(ctx, w.Bootstrap(1), "traj", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		ctx, recv, s := samplePair(t, layout, roles.SampleConfig{MaxRecordBytes: 100})
 		if err := s.Push(ctx, roles.Record{Version: 1, Data: record(1, 0, 40)}); err != nil {
 			t.Fatal(err)
 		}
