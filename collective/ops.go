@@ -352,7 +352,9 @@ func (x *call) checkP2P(src int, h *header, step uint32, n int) error {
 }
 
 func recvDesc(h *header) string {
-	return fmt.Sprintf("Recv(%v, %d elements, tag %d)", h.dtype, h.count, int64(h.seq))
+	r := *h
+	r.p2p = "Recv"
+	return r.describe()
 }
 
 // postLink is a link that reads the payload of an expected frame straight into

@@ -176,7 +176,7 @@ func (o *op) close() error {
 // returns the operation's handle. f returns the handle it made, if any.
 func start(out *C.uint64_t, f func(ctx context.Context) (C.uint64_t, error)) C.int32_t {
 	if out == nil {
-		return fail(invalidf("null operation pointer"))
+		return nullArg("the operation's out")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &op{done: make(chan struct{}), cancel: cancel}

@@ -175,7 +175,7 @@ func gear_allgather(h C.uint64_t, send unsafe.Pointer, count C.int64_t, recv uns
 		return fail(err)
 	}
 	if recv == nil {
-		return fail(invalidf("null receive buffer"))
+		return nullArg("gear_allgather: recv")
 	}
 	size := C.int64_t(w.comm.Size())
 	return start(opOut, func(ctx context.Context) (C.uint64_t, error) {

@@ -25,10 +25,9 @@ import (
 
 // Result is one measurement.
 type Result struct {
-	CPUs    [2]int        // the two CPUs the threads ran on
-	PerLine time.Duration // mean time of one hand-over (Took / Rounds)
-	Rounds  int           // hand-overs timed
-	Took    time.Duration // their time
+	CPUs   [2]int        // the two CPUs the threads ran on
+	Rounds int           // hand-overs timed
+	Took   time.Duration // their time
 }
 
 // NsPerLine is the mean time of one hand-over in nanoseconds, unrounded.
@@ -130,5 +129,5 @@ func Measure(ctx context.Context, rounds int) (Result, error) {
 		return Result{}, fmt.Errorf("cpuline: %d hand-overs between CPUs %d and %d: stopped at %d", rounds, cpus[0], cpus[1], n)
 	}
 	timed := int(last - 2)
-	return Result{CPUs: [2]int{cpus[0], cpus[1]}, PerLine: took / time.Duration(timed), Rounds: timed, Took: took}, nil
+	return Result{CPUs: [2]int{cpus[0], cpus[1]}, Rounds: timed, Took: took}, nil
 }

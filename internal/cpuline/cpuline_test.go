@@ -35,8 +35,8 @@ func TestMeasure(t *testing.T) {
 	if r.Rounds != 19998 {
 		t.Errorf("Rounds = %d, want 19998", r.Rounds)
 	}
-	if r.PerLine <= 0 {
-		t.Errorf("PerLine = %v, want > 0", r.PerLine)
+	if r.NsPerLine() <= 0 {
+		t.Errorf("NsPerLine() = %v, want > 0", r.NsPerLine())
 	}
 	if r.CPUs[0] == r.CPUs[1] || !mask.IsSet(r.CPUs[0]) || !mask.IsSet(r.CPUs[1]) {
 		t.Errorf("CPUs = %v: want two distinct CPUs of the mask", r.CPUs)
