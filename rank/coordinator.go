@@ -259,9 +259,13 @@ func (c *Coordinator) heartbeat() {
 			continue
 		}
 		// A host is lost when one of its ranks is past the timeout; its other
-		// ranks go with it if they too have missed pings (cut off at the same
-		// moment, their last words came a few milliseconds apart, so they
-		// cross the timeout at different ticks).
+		// ranks go with it if they too have missed pings: silent for two pings,
+		// where a rank that answers is silent for one at most. Cut off at the
+		// same moment, their last words came up to a ping apart (each answers
+		// its own ping), and more under load, so they cross the timeout at
+		// different ticks; a longer bar (half the timeout, as it was) let a
+		// rank cut a ping later go alone, the host named with one rank and
+		// then again with the other.
 		gaps := make([]int64, len(c.ranks)) // each rank's silence; -1: not joined
 		lostHosts := map[string]bool{}
 		for r := range c.ranks {
@@ -278,7 +282,7 @@ func (c *Coordinator) heartbeat() {
 				lostHosts[HostName(c.peers[r].Host)] = true
 			}
 		}
-		missed := max(2*c.cfg.Heartbeat, c.cfg.HeartbeatTimeout/2)
+		missed := 2 * c.cfg.Heartbeat
 		silent := map[string][]int{} // host -> ranks
 		var hosts []string
 		for r, gap := range gaps {

@@ -99,40 +99,7 @@ func TestLostHostNamedWithinTwoSeconds(t *testing.T) { checkLostHost(t, 0) }
 func TestLostHostTakesAllItsRanks(t *testing.T) { checkLostHost(t, 200*time.Millisecond) }
 
 func checkLostHost(t *testing.T, stagger time.Duration) {
-	c := newCoord(t, 3, func(cfg *CoordinatorConfig) {
-		cfg.Heartbeat = 100 * time.Millisecond
-		cfg.HeartbeatTimeout = 600 * time.Millisecond
-	})
-	bh := newBlackhole(t, c.Addr())
-	worlds := make([]*World, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			info := testInfo(c, r, 3, "secret")
-			host := "n1/0001"
-			if r > 0 {
-				info.RdzvAddr = bh.ln.Addr().String()
-				host = "n2/0002"
-			}
-			worlds[r], errs[r] = Init(context.Background(), WithInfo(info), WithHostID(host),
-				WithHeartbeatTimeout(600*time.Millisecond))
-		}()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-		defer worlds[r].Close()
-	}
-	// Heartbeats keep a quiet world alive.
-	time.Sleep(time.Second)
-	if err := worlds[0].Err(); err != nil {
-		t.Fatalf("a quiet world broke: %v", err)
-	}
+	worlds, bh := hostOfTwo(t)
 	cut := time.Now()
 	if stagger > 0 {
 		bh.cutFirst.Store(true)
@@ -164,5 +131,67 @@ func checkLostHost(t *testing.T, stagger time.Duration) {
 		if err := worlds[r].Err(); !errors.Is(err, ErrCoordinatorGone) {
 			t.Errorf("cut-off rank %d: %v, want ErrCoordinatorGone", r, err)
 		}
+	}
+}
+
+// hostOfTwo starts a world of 3 ranks whose ranks 1 and 2 are on host n2,
+// which reaches the coordinator through the blackhole it returns; rank 0 is
+// on n1. The heartbeat pings each 100 ms and gives up after 600 ms. It
+// returns once a quiet second has passed with the world whole.
+func hostOfTwo(t *testing.T) ([]*World, *blackhole) {
+	t.Helper()
+	c := newCoord(t, 3, func(cfg *CoordinatorConfig) {
+		cfg.Heartbeat = 100 * time.Millisecond
+		cfg.HeartbeatTimeout = 600 * time.Millisecond
+	})
+	bh := newBlackhole(t, c.Addr())
+	worlds := make([]*World, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			info := testInfo(c, r, 3, "secret")
+			host := "n1/0001"
+			if r > 0 {
+				info.RdzvAddr = bh.ln.Addr().String()
+				host = "n2/0002"
+			}
+			worlds[r], errs[r] = Init(context.Background(), WithInfo(info), WithHostID(host),
+				WithHeartbeatTimeout(600*time.Millisecond))
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		t.Cleanup(func() { worlds[r].Close() })
+	}
+	// Heartbeats keep a quiet world alive.
+	time.Sleep(time.Second)
+	if err := worlds[0].Err(); err != nil {
+		t.Fatalf("a quiet world broke: %v", err)
+	}
+	return worlds, bh
+}
+
+// TestSilentRankGoesAloneWhileItsHostAnswers cuts one rank of host n2 and
+// not the other: that rank is lost alone, named as a rank (not its host's
+// ranks), since its host-mate goes on answering the pings.
+func TestSilentRankGoesAloneWhileItsHostAnswers(t *testing.T) {
+	worlds, bh := hostOfTwo(t)
+	bh.cutFirst.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := worlds[0].Barrier(ctx)
+	var lost *LostError
+	if !errors.As(err, &lost) {
+		t.Fatalf("barrier after the cut: %v, want a LostError", err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "host n2 unreachable: no word from rank ") || strings.Contains(msg, "its ranks") {
+		t.Errorf("error %q: want one rank of n2 named alone", msg)
 	}
 }
