@@ -25,8 +25,20 @@ type clientEnd struct {
 	// goodbye credit); from then on every call fails with ErrPeerClosed. It is
 	// nil over shared memory, where the segment's closed flag says the same, and
 	// for the inference stream, whose client keeps the goodbye reply instead.
-	bye   chan struct{}
-	watch *peerWatch // the server; set once the end is attached
+	bye     chan struct{}
+	byeOnce sync.Once
+	watch   *peerWatch // the server; set once the end is attached
+	// boot and key find the server's close mark (closemark.go) when a
+	// connection fails.
+	boot collective.Bootstrap
+	key  string
+}
+
+// sayBye closes bye (once): the server closed the stream.
+func (e *clientEnd) sayBye() {
+	if e.bye != nil {
+		e.byeOnce.Do(func() { close(e.bye) })
+	}
 }
 
 // Transport says which transport the client end uses: TransportShm or
@@ -101,6 +113,11 @@ func (e *clientEnd) connErr(err error) error {
 	case <-e.closed:
 		return ErrClosed
 	default:
+	}
+	if serverClosed(context.Background(), e.boot, e.key) {
+		// Closed before this end ever reached it, or while it was away.
+		e.sayBye()
+		return peerClosed(e.watch.role, e.watch.rank, e.name)
 	}
 	return e.watch.fail(fmt.Sprintf("connection to %s broke: %v", e.addr, err))
 }

@@ -176,6 +176,7 @@ type InferenceServer struct {
 	reqs   chan *request
 	closed chan struct{}
 	once   sync.Once
+	mark   closeMark
 	wg     sync.WaitGroup
 	unreg  func()
 
@@ -254,6 +255,7 @@ func NewInferenceServer(ctx context.Context, b collective.Bootstrap, name string
 		s.Close()
 		return nil, err
 	}
+	s.mark = closeMark{b: b, key: inferKey(name, b.Rank())}
 	return s, nil
 }
 
@@ -528,6 +530,7 @@ func (s *InferenceServer) Stats() InferenceStats {
 func (s *InferenceServer) Close() error {
 	var err error
 	s.once.Do(func() {
+		s.mark.set()
 		if s.tcp != nil {
 			goodbye := make([]byte, repHeader+s.cfg.ActBytes)
 			binary.LittleEndian.PutUint64(goodbye, goodbyeTag)

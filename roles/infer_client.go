@@ -59,6 +59,7 @@ func DialInference(ctx context.Context, b collective.Bootstrap, name string, ser
 	}
 	c := &InferenceClient{clientEnd: clientEnd{name: name, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})},
 		server: server, obs: ep.Obs, act: ep.Act, reqObs: max(ep.ReqObs, 1)}
+	c.boot, c.key = b, key
 	shm, err := attachLocal(opt, b, ep, key, func() error { return c.attachShm(ep, b.Rank()) })
 	if err != nil {
 		return nil, err
@@ -66,6 +67,9 @@ func DialInference(ctx context.Context, b collective.Bootstrap, name string, ser
 	if !shm {
 		conn, err := dialTCP(ctx, ep.TCP, inferMagicTCP, ep.Nonce, b.Rank())
 		if err != nil {
+			if serverClosed(ctx, b, key) {
+				return nil, peerClosed(rolePolicy, server, name)
+			}
 			return nil, fmt.Errorf("roles: dial inference stream %q of policy worker rank %d at %s: %w", name, server, ep.TCP, err)
 		}
 		c.conn, c.addr = conn, ep.TCP

@@ -76,6 +76,7 @@ type Publisher struct {
 	tcp    *tcpServer
 	closed chan struct{}
 	once   sync.Once
+	mark   closeMark
 
 	mu     sync.Mutex // serialises Publish and Close
 	last   uint64
@@ -130,6 +131,7 @@ func NewPublisher(ctx context.Context, b collective.Bootstrap, name string, n in
 		p.Close()
 		return nil, err
 	}
+	p.mark = closeMark{b: b, key: paramKey(name)}
 	return p, nil
 }
 
@@ -195,6 +197,7 @@ func (p *Publisher) Version() uint64 {
 func (p *Publisher) Close() error {
 	var err error
 	p.once.Do(func() {
+		p.mark.set()
 		if p.tcp != nil {
 			var bye [answerHeader]byte
 			binary.LittleEndian.PutUint64(bye[:], paramGoodbye)

@@ -62,6 +62,7 @@ func NewReader(ctx context.Context, b collective.Bootstrap, name string, every i
 	}
 	r := &Reader{clientEnd: clientEnd{name: name, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})},
 		pub: ep.Rank, n: ep.Floats, every: int64(every), me: b.Rank()}
+	r.boot, r.key = b, key
 	shm, err := attachLocal(opt, b, ep, key, func() error { return r.attachShm(ep) })
 	if err != nil {
 		return nil, err
@@ -237,7 +238,7 @@ func (r *Reader) refreshTCP(ctx context.Context, wait bool) (bool, error) {
 		// connection, so that every later fetch fails the same way (check)
 		// instead of writing to a closed peer.
 		r.closeConn()
-		close(r.bye)
+		r.sayBye()
 		return false, peerClosed(rolePublisher, r.pub, r.name)
 	case count == 0:
 		return false, nil

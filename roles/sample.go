@@ -140,6 +140,7 @@ type SampleReceiver struct {
 	opt    config
 	closed chan struct{}
 	once   sync.Once
+	mark   closeMark
 	wg     sync.WaitGroup
 	// sem is held by Recv, and by Close before it unmaps.
 	sem chan struct{}
@@ -212,6 +213,7 @@ func NewSampleReceiver(ctx context.Context, b collective.Bootstrap, name string,
 		r.Close()
 		return nil, err
 	}
+	r.mark = closeMark{b: b, key: sampleKey(name, b.Rank())}
 	return r, nil
 }
 
@@ -404,6 +406,7 @@ func (r *SampleReceiver) watchShm() {
 func (r *SampleReceiver) Close() error {
 	var err error
 	r.once.Do(func() {
+		r.mark.set()
 		if r.tcp != nil {
 			var bye [8]byte
 			binary.LittleEndian.PutUint64(bye[:], goodbyeCredit)

@@ -59,6 +59,7 @@ func DialSamples(ctx context.Context, b collective.Bootstrap, name string, train
 	}
 	s := &SampleSender{clientEnd: clientEnd{name: name, opt: opt, sem: make(chan struct{}, 1), closed: make(chan struct{})},
 		trainer: trainer, me: b.Rank(), max: ep.Record}
+	s.boot, s.key = b, key
 	shm, err := attachLocal(opt, b, ep, key, func() error { return s.attachShm(ep, b.Rank()) })
 	if err != nil {
 		return nil, err
@@ -66,6 +67,9 @@ func DialSamples(ctx context.Context, b collective.Bootstrap, name string, train
 	if !shm {
 		conn, err := dialTCP(ctx, ep.TCP, sampleMagicTCP, ep.Nonce, b.Rank())
 		if err != nil {
+			if serverClosed(ctx, b, key) {
+				return nil, peerClosed(roleTrainer, trainer, name)
+			}
 			return nil, fmt.Errorf("roles: dial sample stream %q of trainer rank %d at %s: %w", name, trainer, ep.TCP, err)
 		}
 		s.conn, s.addr = conn, ep.TCP
@@ -226,7 +230,7 @@ func (s *SampleSender) readCredit() {
 		}
 		n := binary.LittleEndian.Uint64(b[:])
 		if n == goodbyeCredit {
-			close(s.bye)
+			s.sayBye()
 			if tc, ok := s.conn.(*net.TCPConn); ok {
 				tc.CloseWrite()
 			}
