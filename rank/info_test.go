@@ -175,6 +175,49 @@ func TestJobLock(t *testing.T) {
 	}
 }
 
+// TestSharedJobLockLastRemoves: the shared holders of a job's lock (agents
+// or SLURM ranks of one job on a machine) keep the job alive while any holds
+// it, and the last to let go removes the file, as a launcher does with its
+// exclusive lock: nothing is left in the runtime directory. A shared lock
+// still fails while a launcher holds the job.
+func TestSharedJobLockLastRemoves(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job-s.lock")
+	a, err := LockJob(dir, "job-s", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LockJob(dir, "job-s", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LockJob(dir, "job-s", true); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("exclusive lock beside shared holders: %v", err)
+	}
+	a.Close()
+	if !JobAlive(dir, "job-s") {
+		t.Fatal("job not alive while a shared holder remains")
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("lock file gone while a shared holder remains: %v", err)
+	}
+	b.Close()
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("lock file left behind by the last shared holder: %v", err)
+	}
+	if JobAlive(dir, "job-s") {
+		t.Fatal("job alive after every holder let go")
+	}
+	l, err := LockJob(dir, "job-s", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := LockJob(dir, "job-s", false); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("shared lock while a launcher holds the job: %v", err)
+	}
+}
+
 func TestSegmentNamesRoundTrip(t *testing.T) {
 	name := SegmentName("job-1", "shard.0")
 	if job, ok := SegmentJob(name); !ok || job != "job-1" {

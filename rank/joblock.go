@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -67,20 +68,40 @@ func LockJob(dir, jobID string, exclusive bool) (*JobLock, error) {
 		return nil, fmt.Errorf("rank: job lock: %w", err)
 	}
 	path := filepath.Join(dir, jobID+".lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("rank: job lock: %w", err)
-	}
 	how := unix.LOCK_SH
 	if exclusive {
 		how = unix.LOCK_EX
 	}
-	if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
-		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("rank: job lock %s: job %s is already running", path, jobID)
+	var f *os.File
+	for try := 0; ; try++ {
+		var err error
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("rank: job lock: %w", err)
 		}
-		return nil, fmt.Errorf("rank: job lock %s: %w", path, err)
+		if err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB); err != nil {
+			f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) && !exclusive && try < sharedTries {
+				// Maybe the last shared holder, for the moment it takes to
+				// remove the file (Close): look again.
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, fmt.Errorf("rank: job lock %s: job %s is already running", path, jobID)
+			}
+			return nil, fmt.Errorf("rank: job lock %s: %w", path, err)
+		}
+		// The last holder removes the file as it lets go (Close): a lock
+		// taken on the file it was removing would be a lock on nothing that
+		// JobAlive can see. Locked, the file must still be the one at path.
+		if onPath(f, path) {
+			break
+		}
+		f.Close()
+		if try >= 100 {
+			return nil, fmt.Errorf("rank: job lock %s: the file keeps being replaced", path)
+		}
 	}
 	if exclusive {
 		f.Truncate(0)
@@ -92,17 +113,37 @@ func LockJob(dir, jobID string, exclusive bool) (*JobLock, error) {
 // Path is the lock file's path.
 func (l *JobLock) Path() string { return l.path }
 
-// Close releases the lock; an exclusive holder also removes the file. Idempotent.
+// Close releases the lock. The last holder also removes the file: an
+// exclusive holder, or a shared one that finds no other (several agents or
+// SLURM ranks of a job on one machine hold it shared, and the last to end
+// removes it). Idempotent.
 func (l *JobLock) Close() error {
 	if l == nil || l.f == nil {
 		return nil
 	}
-	if l.exclusive {
-		os.Remove(l.path)
+	if l.exclusive || unix.Flock(int(l.f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		if onPath(l.f, l.path) {
+			os.Remove(l.path)
+		}
 	}
 	err := l.f.Close()
 	l.f = nil
 	return err
+}
+
+// sharedTries bounds how many times a shared LockJob tries again, a
+// millisecond apart, a lock held exclusively: long enough for a holder's
+// Close, far too short for a launcher's job.
+const sharedTries = 20
+
+// onPath reports whether f is the file at path.
+func onPath(f *os.File, path string) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	pi, err := os.Stat(path)
+	return err == nil && os.SameFile(fi, pi)
 }
 
 // JobAlive reports whether the job jobID still runs: its lock in dir ("" means
