@@ -29,7 +29,7 @@ func topCommand(args []string, s stdio) int {
 	fs := newFlagSet("top", "top [flags] [JOB]\n\n"+
 		"Show the ranks, tables and shards of a running job, refreshed each second;\n"+
 		"q or Ctrl-C quits. With no JOB, the one job running on this machine (or\n"+
-		"submitted from it to SLURM). JOB: gear's job ID, or a SLURM job's ID.\n\nFlags:", s)
+		"submitted from it to SLURM). JOB: gear's job ID, a prefix of it, or a SLURM job's ID.\n\nFlags:", s)
 	jsonOut := fs.Bool("json", false, "print the figures as JSON lines instead of the screen")
 	once := fs.Bool("once", false, "print one refresh and exit (the rates are over one interval)")
 	interval := fs.Duration("interval", time.Second, "time between refreshes")
@@ -167,6 +167,16 @@ func topJob(shmDir, stateDir, job string) (jobRef, error) {
 		if _, err := launch.ReadLiveMetrics(rank.RuntimeDir(), job); err == nil {
 			return jobRef{id: job, shmDir: shmDir}, nil
 		}
+		// A prefix of a job running here, as status takes one.
+		local, err := localJobs(shmDir)
+		if err != nil {
+			return jobRef{}, err
+		}
+		if i, err := jobs.MatchJobID(job, local); err == nil {
+			return jobRef{id: local[i], shmDir: shmDir}, nil
+		} else if !errors.Is(err, jobs.ErrNotFound) {
+			return jobRef{}, errors.New(strings.TrimPrefix(err.Error(), "jobs: "))
+		}
 		if state != "" {
 			if rec, err := state.Find(job); err == nil {
 				if _, err := jobs.ReadSlurmFigures(rec.Dir); err == nil {
@@ -177,18 +187,13 @@ func topJob(shmDir, stateDir, job string) (jobRef, error) {
 		}
 		return jobRef{}, fmt.Errorf("job %s has no metrics on this machine (gearrun top reads %s, the figures that the launcher of a job on hosts keeps in %s, and those of the SLURM jobs recorded in %s; run it on the launcher's machine)", job, shmDir, rank.RuntimeDir(), state)
 	}
-	running, err := metrics.RunningJobs(shmDir)
+	local, err := localJobs(shmDir)
 	if err != nil {
 		return jobRef{}, err
 	}
 	var refs []jobRef
-	for _, j := range running {
+	for _, j := range local {
 		refs = append(refs, jobRef{id: j, shmDir: shmDir})
-	}
-	for _, j := range launch.LiveJobs(rank.RuntimeDir()) {
-		if !slices.Contains(running, j) {
-			refs = append(refs, jobRef{id: j, shmDir: shmDir})
-		}
 	}
 	if state != "" {
 		recs, _ := state.List()
@@ -209,6 +214,21 @@ func topJob(shmDir, stateDir, job string) (jobRef, error) {
 		ids[i] = r.id
 	}
 	return jobRef{}, fmt.Errorf("%d jobs are running on this machine: name one (%s)", len(refs), strings.Join(ids, ", "))
+}
+
+// localJobs lists the jobs whose figures are on this machine: those with
+// metrics segments in shmDir, then the jobs on hosts whose launcher runs here.
+func localJobs(shmDir string) ([]string, error) {
+	running, err := metrics.RunningJobs(shmDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range launch.LiveJobs(rank.RuntimeDir()) {
+		if !slices.Contains(running, j) {
+			running = append(running, j)
+		}
+	}
+	return running, nil
 }
 
 // jobRead is one reading of a job's segments and shards.
@@ -352,7 +372,11 @@ func topFrameOf(job string, prev, cur jobRead) topFrame {
 		r := topRank{Rank: s.Rank, Role: s.Role, PID: s.PID, Generation: s.Generation, Running: s.Running,
 			Ops: s.Ops, op: map[string]opDeltas{}}
 		var dcalls, dbytes uint64
-		var dsec, top float64
+		// The operation of most time in the last refresh; else of most time
+		// so far; else of most calls (calls too short to be timed).
+		var dsec, top, mostTotal float64
+		var mostOp, mostCalled string
+		var mostCalls uint64
 		for _, o := range s.Ops {
 			r.Calls += o.Calls
 			r.Bytes += o.Bytes
@@ -368,8 +392,14 @@ func topFrameOf(job string, prev, cur jobRead) topFrame {
 			dbytes += o.Bytes - po.Bytes
 			dsec += d.seconds
 			r.op[o.Op] = d
-			if d.seconds > top || (top == 0 && r.Top == "") {
+			if d.seconds > top {
 				top, r.Top = d.seconds, o.Op
+			}
+			if o.Seconds > mostTotal {
+				mostTotal, mostOp = o.Seconds, o.Op
+			}
+			if o.Calls > mostCalls {
+				mostCalls, mostCalled = o.Calls, o.Op
 			}
 			if d.calls > 0 && d.seconds > 0 {
 				mean := d.seconds / float64(d.calls)
@@ -377,6 +407,9 @@ func topFrameOf(job string, prev, cur jobRead) topFrame {
 					minMean[o.Op] = mean
 				}
 			}
+		}
+		if r.Top == "" {
+			r.Top = cmp.Or(mostOp, mostCalled)
 		}
 		r.CallsPerSec, r.BytesPerSec, r.Busy = rate(float64(dcalls)), rate(float64(dbytes)), min(rate(dsec), 1)
 		f.Ranks = append(f.Ranks, r)

@@ -254,6 +254,16 @@ func TestTopJSONOnce(t *testing.T) {
 			t.Errorf("shard %+v: want committed rows and a writer", s)
 		}
 	}
+	// A prefix of the job's ID names it too, as for status.
+	prefix := job[:len(job)-3]
+	out, err = exec.Command(bins.Path(t, "gearrun"), "top", "--json", "--once", "--interval", "100ms", prefix).Output()
+	if err != nil {
+		t.Fatalf("gearrun top --json --once %s: %v", prefix, err)
+	}
+	f = topJSON{}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(string(out))), &f); err != nil || f.Job != job {
+		t.Errorf("top of the prefix %q: job %q (%v), want %q", prefix, f.Job, err, job)
+	}
 }
 
 // promLine is one sample line of the text exposition format:
