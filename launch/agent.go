@@ -278,6 +278,11 @@ func (a *agent) run(ctx context.Context) error {
 			// generation's ranks; the dead world's channels go.
 			removed, _ := RemoveGenerationSegments(opts.ShmDir, p.JobID)
 			a.log.Debug("launch: agent: removed the segments of the generation", "segments", len(removed))
+			// Its ranks' metrics segments too: the launcher has their
+			// copies for the trace (sendTrace).
+			if err := retireMetrics(opts.ShmDir, p.JobID, p.Restart, a.ranks, ""); err != nil {
+				a.log.Warn("launch: agent: removing the metrics segments of the generation", "err", err)
+			}
 			return
 		}
 		// The last agent of the job on this machine (several may share it)

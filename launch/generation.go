@@ -58,6 +58,7 @@ func (j *job) newGeneration(gen int) {
 	j.terminated = false
 	j.readEnds = nil
 	j.rdzvFail = make(chan error, 1)
+	j.coordLost = make(chan lostRank, n)
 	j.exits = make(chan exitEvent, n)
 	j.settle, j.settleC = nil, nil
 }
@@ -75,6 +76,12 @@ func (j *job) startCoordinator() error {
 		OnFail: func(err error) {
 			select {
 			case j.rdzvFail <- err:
+			default:
+			}
+		},
+		OnLost: func(r int, reason string) {
+			select {
+			case j.coordLost <- lostRank{r, reason}:
 			default:
 			}
 		},
@@ -106,6 +113,18 @@ func (j *job) dropGeneration() {
 	j.log.Debug("launch: removed the segments of the last generation", "generation", j.plan.Restart, "segments", len(removed))
 	if err != nil {
 		j.log.Warn("launch: removing the segments of the last generation", "err", err)
+	}
+	// Its ranks' metrics segments go too, into the trace's directory first
+	// if the job keeps a trace.
+	if j.opts.Trace != "" && j.traceDir == "" {
+		if j.traceDir, err = os.MkdirTemp("", "gear-trace-"); err != nil {
+			j.log.Warn("launch: trace", "err", err)
+			j.traceDir = ""
+			return // the segments stay, for the trace at the job's end
+		}
+	}
+	if err := retireMetrics(j.opts.ShmDir, j.plan.JobID, j.plan.Restart, nil, j.traceDir); err != nil {
+		j.log.Warn("launch: removing the metrics segments of the last generation", "err", err)
 	}
 }
 

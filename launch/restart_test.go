@@ -318,9 +318,10 @@ func TestRemoveCheckpoints(t *testing.T) {
 }
 
 // Between generations the dead world's collective and role-channel segments
-// go, and every other segment of the job stays: generation 0 makes one of
-// each kind (and a new collective segment per generation, as a Comm does),
-// generation 1 lists what it finds, and nothing grows per generation.
+// go, and its ranks' metrics segments, and every other segment of the job
+// stays: generation 0 makes one of each kind (and a new collective segment
+// and metrics segment per generation, as a Comm and a rank do), generation 1
+// lists what it finds, and nothing grows per generation.
 func TestRunRestartRemovesGenerationSegments(t *testing.T) {
 	const script = `cd "$SHM"
 g=$GEAR_RESTART_COUNT
@@ -329,6 +330,7 @@ if [ "$GEAR_RANK" = 0 ]; then
 	: > "gear.$GEAR_JOB_ID.coll.world.r0.$g$g$g$g"
 	: > "gear.$GEAR_JOB_ID.roles.sample.replay.r0.ab$g"
 	: > "gear.$GEAR_JOB_ID.roles.param.policy.cd$g"
+	: > "gear.$GEAR_JOB_ID.metrics.r0.g$g.p$$"
 	[ "$g" = 0 ] && : > "gear.$GEAR_JOB_ID.dqn.replay.0" && : > "gear.$GEAR_JOB_ID.store.0"
 	touch ready.$g
 else

@@ -172,16 +172,22 @@ type job struct {
 	terminated bool
 	timeout    <-chan time.Time // Options.Timeout, over every generation
 	loop       *RestartLoop     // the job's generations and restarts
+	// traceDir holds the metrics segments of the job's ended generations,
+	// for its trace (dropGeneration); "" until a generation ends.
+	traceDir string
 
 	pumps    sync.WaitGroup
 	readEnds []*os.File
 	guard    *guard
 	coord    *rank.Coordinator
 	rdzvFail chan error
-	exits    chan exitEvent
-	reaper   *reaper
-	settle   *time.Timer // after a failed rendezvous: when to stop every rank
-	settleC  <-chan time.Time
+	// coordLost: ranks the coordinator lost (OnLost), among them ranks whose
+	// processes still run (stopped, hung) when the heartbeat found them.
+	coordLost chan lostRank
+	exits     chan exitEvent
+	reaper    *reaper
+	settle    *time.Timer // after a failed rendezvous: when to stop every rank
+	settleC   <-chan time.Time
 }
 
 type exitEvent struct {
@@ -368,8 +374,28 @@ func (j *job) wait(ctx context.Context) {
 	}()
 	var signals <-chan os.Signal = j.opts.Signals
 	interrupted := false
+	pending := map[int]string{} // ranks the coordinator lost, their exits awaited
+	var check <-chan time.Time
 	for running > 0 {
 		select {
+		case l := <-j.coordLost:
+			if j.res.Ranks[l.rank].Status == "running" {
+				if len(pending) == 0 {
+					check = time.After(localLostWait)
+				}
+				pending[l.rank] = l.reason
+			}
+		case <-check:
+			check = nil
+			for r, reason := range pending {
+				j.lostRunning(r, reason)
+			}
+			clear(pending)
+			if j.cause != "" && !j.terminated {
+				j.terminated = true
+				j.signalAll(syscall.SIGTERM)
+				startGrace()
+			}
 		case ev := <-j.exits:
 			running--
 			j.exited(ev)
@@ -412,6 +438,27 @@ func (j *job) wait(ctx context.Context) {
 			grace = nil
 		}
 	}
+}
+
+// localLostWait is how long a rank the coordinator lost may take to be
+// reaped before the launcher takes it for hung: a rank that ended is
+// reaped at once, and the coordinator hears of it from the launcher.
+const localLostWait = 200 * time.Millisecond
+
+// lostRunning fails the world on rank r, which the coordinator lost (its
+// heartbeat went unanswered: the process is stopped or hung) while its
+// process still runs: a restartable failure of that rank, as its exit
+// would be. The stop that follows kills it (SIGKILL after the grace).
+func (j *job) lostRunning(r int, reason string) {
+	if j.res.Ranks[r].Status != "running" {
+		return
+	}
+	pr := j.plan.Ranks[r]
+	who := fmt.Sprintf("rank %d (pid %d", r, j.res.Ranks[r].PID)
+	if pr.Role != "" {
+		who += fmt.Sprintf(", %s %d", pr.Role, pr.RoleRank)
+	}
+	j.fail(r, who+") lost: "+reason, ExitLaunchFailed)
 }
 
 // rendezvousFailed ends a job whose world did not assemble. The ranks that

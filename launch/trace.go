@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -61,12 +62,54 @@ func WriteTrace(file, shmDir, jobID string) (int, error) {
 }
 
 // writeTrace writes the job's trace, if asked, before its segments go, and
-// says where.
+// says where: from the segments of the earlier generations, which
+// dropGeneration moved into traceDir, and of the last.
 func (j *job) writeTrace() {
 	if j.opts.Trace == "" {
 		return
 	}
-	j.writeTraceFrom(j.opts.ShmDir)
+	if j.traceDir == "" {
+		j.writeTraceFrom(j.opts.ShmDir)
+		return
+	}
+	defer os.RemoveAll(j.traceDir)
+	if err := retireMetrics(j.opts.ShmDir, j.plan.JobID, -1, nil, j.traceDir); err != nil {
+		j.log.Warn("launch: copying the last generation's metrics segments for the trace", "err", err)
+	}
+	j.writeTraceFrom(j.traceDir)
+}
+
+// retireMetrics removes the metrics segments of job jobID in shmDir ("":
+// /dev/shm) of generation gen (-1: every one) and of the ranks in ranks
+// (nil: every rank), whose processes have ended; where copyDir is not "",
+// it first copies each into copyDir, for the job's trace. A generation's
+// segments go when it ends, so that a job's shared memory does not grow
+// with its restarts, and its trace still has every generation.
+func retireMetrics(shmDir, jobID string, gen int, ranks []int, copyDir string) error {
+	segs, err := metrics.Segments(shmDir, jobID)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, sg := range segs {
+		if gen >= 0 && sg.Gen != gen || ranks != nil && !slices.Contains(ranks, sg.Rank) {
+			continue
+		}
+		if copyDir != "" {
+			data, err := os.ReadFile(sg.Path)
+			if err == nil {
+				err = os.WriteFile(filepath.Join(copyDir, filepath.Base(sg.Path)), data, 0o600)
+			}
+			if err != nil {
+				errs = append(errs, err) // kept where it is: the trace's end reads it there
+				continue
+			}
+		}
+		if err := os.Remove(sg.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // writeTraceFrom writes the job's trace from the metrics segments in dir.

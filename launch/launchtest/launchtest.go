@@ -24,6 +24,13 @@ type config struct {
 	groups  []launch.Group
 	binder  launch.Binder
 	check   func(res *launch.Result, output string) error
+	tune    []func(*launch.Request, *launch.Options)
+}
+
+// Tune changes the plan's request and the launch's options before the job
+// starts (restarts, heartbeat, grace): what the other options do not cover.
+func Tune(f func(*launch.Request, *launch.Options)) Option {
+	return func(c *config) { c.tune = append(c.tune, f) }
 }
 
 // Timeout bounds the whole job (default 2 minutes); past it every rank is stopped
@@ -99,22 +106,27 @@ func RunRanks(t *testing.T, n int, fn func(t *testing.T, w *rank.World), opts ..
 	if total != n {
 		t.Fatalf("launchtest: roles add up to %d ranks, want %d", total, n)
 	}
-	plan, err := launch.NewPlan(launch.Request{
+	req := launch.Request{
 		Groups:      groups,
 		Env:         append([]string{rank.EnvTestRank + "=" + id}, cfg.env...),
 		RdzvTimeout: cfg.timeout,
 		Binder:      cfg.binder,
-	})
+	}
+	var out geartest.Buffer
+	lopts := launch.Options{
+		Stdout: &out, Stderr: &out, TagOutput: true, Timeout: cfg.timeout, Grace: 5 * time.Second,
+		Name: "launchtest",
+	}
+	for _, f := range cfg.tune {
+		f(&req, &lopts)
+	}
+	plan, err := launch.NewPlan(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out geartest.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.timeout+30*time.Second)
 	defer cancel()
-	res, err := launch.Run(ctx, plan, launch.Options{
-		Stdout: &out, Stderr: &out, TagOutput: true, Timeout: cfg.timeout, Grace: 5 * time.Second,
-		Name: "launchtest",
-	})
+	res, err := launch.Run(ctx, plan, lopts)
 	if cfg.check != nil {
 		if res == nil {
 			t.Fatalf("launchtest: %v", err)

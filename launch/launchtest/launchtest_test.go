@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,6 +75,39 @@ func TestFailingRankFailsTheJob(t *testing.T) {
 		}
 		if !strings.Contains(out, "rank 1 fails on purpose") {
 			return fmt.Errorf("rank 1's message is missing")
+		}
+		return nil
+	}))
+}
+
+// TestStoppedRankIsRestarted: a rank stopped by SIGSTOP (a hung process, as
+// the chaos harness makes them) while its peer goes on without collectives
+// is found lost by the heartbeat, and the launcher, whose process list still
+// shows it running, stops the world and restarts it: the job ends with 0
+// after one restart, instead of waiting for the stopped rank forever.
+func TestStoppedRankIsRestarted(t *testing.T) {
+	ckpt := ""
+	if !launchtest.IsRank() {
+		ckpt = t.TempDir()
+	}
+	launchtest.RunRanks(t, 2, func(t *testing.T, w *rank.World) {
+		if w.RestartCount() > 0 {
+			return
+		}
+		if w.Rank() == 1 {
+			syscall.Kill(os.Getpid(), syscall.SIGSTOP) // takes effect a moment later
+		}
+		time.Sleep(time.Minute) // no collective: nothing fails on rank 0, nor does rank 1 leave
+	}, launchtest.Timeout(40*time.Second), launchtest.Tune(func(r *launch.Request, o *launch.Options) {
+		r.MaxRestarts, r.CheckpointDir = 1, ckpt
+		r.HeartbeatInterval, r.HeartbeatTimeout = 200*time.Millisecond, 1200*time.Millisecond
+		o.Grace = time.Second
+	}), launchtest.ExpectFailure(func(res *launch.Result, output string) error {
+		if res.ExitCode != 0 || res.Restarts != 1 {
+			return fmt.Errorf("exit %d after %d restarts (%s), want 0 after 1", res.ExitCode, res.Restarts, res.Cause)
+		}
+		if !strings.Contains(output, "launchtest: restart 1 of 1: rank 1 (pid ") || !strings.Contains(output, ") lost: ") {
+			return fmt.Errorf("no restart line naming rank 1 lost")
 		}
 		return nil
 	}))

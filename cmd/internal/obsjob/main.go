@@ -25,7 +25,10 @@ import (
 	"github.com/gear-rl/gear/store"
 )
 
-var capacity *int
+var (
+	capacity *int
+	failGen  int // rank 1 fails in generations below it
+)
 
 func main() {
 	steps := flag.Int("steps", 0, "learner steps (sample and AllReduce) before the rank ends (0: until -duration)")
@@ -33,7 +36,9 @@ func main() {
 	batch := flag.Int("batch", 8, "items per sample")
 	pace := flag.Duration("pace", time.Millisecond, "the actor's pause between inserts")
 	capacity = flag.Int("capacity", 1<<15, "rows of each rank's shard (the table holds 64 fewer)")
+	failGens := flag.Int("fail-generations", 0, "rank 1 exits with status 3 after its steps in the first N generations (GEAR_RESTART_COUNT < N)")
 	flag.Parse()
+	failGen = *failGens
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *duration)
@@ -56,7 +61,7 @@ func run(ctx context.Context, steps, batch int, pace time.Duration) error {
 	}
 	spec := store.Spec{Capacity: *capacity, Remover: store.RemoverNone,
 		Columns: []store.Column{{Name: "obs", DType: store.Float32, Shape: []int{100}, Length: 1}}}
-	shard, err := store.Create(rank.SegmentName(w.JobID(), fmt.Sprintf("obsjob.replay.%d", w.Rank())), spec)
+	shard, err := store.CreateOrOpen(rank.SegmentName(w.JobID(), fmt.Sprintf("obsjob.replay.%d", w.Rank())), spec)
 	if err != nil {
 		return err
 	}
@@ -89,7 +94,14 @@ func run(ctx context.Context, steps, batch int, pace time.Duration) error {
 			return err
 		}
 	}
-	return comm.Barrier(ctx)
+	if err := comm.Barrier(ctx); err != nil {
+		return err
+	}
+	if w.Rank() == 1 && w.RestartCount() < failGen {
+		fmt.Fprintf(os.Stderr, "obsjob: rank 1 fails in generation %d\n", w.RestartCount())
+		os.Exit(3)
+	}
+	return nil
 }
 
 // act inserts rows until ctx ends.

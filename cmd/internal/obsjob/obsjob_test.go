@@ -429,6 +429,55 @@ func TestMetricsAddrServesPrometheusText(t *testing.T) {
 	}
 }
 
+// TestTraceAcrossRestarts: a job restarted once, with a trace, writes every
+// generation of every rank into it, and a restart span between them: the
+// launcher takes each ended generation's metrics segments out of shared
+// memory (so that it does not grow with the restarts) into the trace's
+// files, and nothing of the job is left in /dev/shm afterwards.
+func TestTraceAcrossRestarts(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "job.json")
+	job := jobID(t)
+	cmd := startJob(t, job, "--max-restarts", "1", "--checkpoint-dir", t.TempDir(), "-np", "2", "--trace", file,
+		"obsjob", "-steps", "20", "-fail-generations", "1")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("job: %v", err)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf metrics.TraceFile
+	if err := json.Unmarshal(b, &tf); err != nil {
+		t.Fatal(err)
+	}
+	gens := map[[2]int]bool{} // rank, generation
+	restarts := 0
+	for _, e := range tf.TraceEvents {
+		if e.Ph != "X" || e.TID != metrics.TrackRank {
+			continue
+		}
+		var g int
+		if _, err := fmt.Sscanf(e.Name, "generation %d", &g); err == nil {
+			gens[[2]int{e.PID, g}] = true
+		}
+		if e.Name == "restart" {
+			restarts++
+		}
+	}
+	for _, want := range [][2]int{{0, 0}, {0, 1}, {1, 0}, {1, 1}} {
+		if !gens[want] {
+			t.Errorf("no span of rank %d's generation %d in the trace (%v)", want[0], want[1], gens)
+		}
+	}
+	if restarts == 0 {
+		t.Error("no restart span in the trace")
+	}
+	segs, err := metrics.Segments("", job)
+	if err != nil || len(segs) != 0 {
+		t.Errorf("metrics segments left after the job: %v %v", segs, err)
+	}
+}
+
 // TestTraceOfFourRanks: a 4-rank job's trace, written when the job ends, has
 // one track per rank; on every track the spans nest (none overlaps another
 // partly), every span lies within its rank's generation, and the spans of
