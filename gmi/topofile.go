@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/gear-rl/gear/internal/tomlerr"
 )
 
 // The topology file: a TOML description of one machine's GPUs that stands in
@@ -60,7 +62,7 @@ func ParseTopology(name string, data []byte) (*Topology, error) {
 	var f topoFile
 	dec := toml.NewDecoder(bytes.NewReader(data)).DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, tomlError(name, err)
+		return nil, tomlError(name, data, err)
 	}
 	t := &Topology{Source: SourceFile, Path: name, Driver: f.Driver, GPUs: []GPU{}}
 	t.MPS = MPS{Running: f.MPS.Running, PipeDir: f.MPS.PipeDir, Detail: "from the topology file"}
@@ -139,6 +141,10 @@ func ParseTopology(name string, data []byte) (*Topology, error) {
 					return failMIG("gi %d ci %d appears twice", m.GPUInstance, m.ComputeInstance)
 				}
 			}
+			if m.UUID == "" {
+				// The UUID a rank bound to it gets, shown as such (gearrun gpus).
+				m.UUID, _ = g.visibleDevice(m)
+			}
 			g.MIG = append(g.MIG, m)
 		}
 		sortMIG(g.MIG)
@@ -157,18 +163,20 @@ func sortMIG(ms []MIGInstance) {
 	})
 }
 
-// tomlError turns go-toml's errors into "gmi: topology file F:LINE:COL: ...".
-func tomlError(name string, err error) error {
+// tomlError turns go-toml's errors into "gmi: topology file F:LINE:COL: ...",
+// naming the key by its entry ("gpu[0].memory_mib: want uint64, got TOML
+// string"), as the checks after decoding do.
+func tomlError(name string, data []byte, err error) error {
 	var strict *toml.StrictMissingError
 	if errors.As(err, &strict) && len(strict.Errors) > 0 {
 		e := strict.Errors[0]
 		line, col := e.Position()
-		return fmt.Errorf("gmi: topology file %s:%d:%d: unknown key %s", name, line, col, strings.Join(e.Key(), "."))
+		return fmt.Errorf("gmi: topology file %s:%d:%d: unknown key %s", name, line, col, tomlerr.Path(data, e.Key(), line))
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
-		line, col := de.Position()
-		return fmt.Errorf("gmi: topology file %s:%d:%d: %s", name, line, col, strings.TrimPrefix(de.Error(), "toml: "))
+		line, col, msg := tomlerr.Describe(de, data)
+		return fmt.Errorf("gmi: topology file %s:%d:%d: %s", name, line, col, msg)
 	}
 	return fmt.Errorf("gmi: topology file %s: %w", name, err)
 }

@@ -113,7 +113,10 @@ func TestParseTopologyErrors(t *testing.T) {
 	cases := []struct {
 		doc, want string
 	}{
-		{"[[gpu]]\ncompute_capability = \"8.0\"\nmemroy_mib = 4\n", "t.toml:3:1: unknown key gpu.memroy_mib"},
+		{"[[gpu]]\ncompute_capability = \"8.0\"\nmemroy_mib = 4\n", "t.toml:3:1: unknown key gpu[0].memroy_mib"},
+		{"[[gpu]]\nname = \"B\"\ncompute_capability = \"8.0\"\nmemory_mib = \"lots\"\n", "t.toml:4:14: gpu[0].memory_mib: want uint64, got TOML string"},
+		{"[[gpu]]\ncompute_capability = \"8.0\"\nuuid = \"GPU-a\"\n[[gpu]]\ncompute_capability = \"8.0\"\nuuid = \"GPU-b\"\nmig = true\n[[gpu.instances]]\nprofile = \"1g.10gb\"\n[[gpu.instances]]\ngi = \"one\"\n", "t.toml:11:6: gpu[1].instances[1].gi: want int, got TOML string"},
+		{"[[gpu]]\ncompute_capability = \"8.0\"\nmemory_mib = -5\n", "gpu[0].memory_mib: "},
 		{"[[gpu]]\ncompute_capability = 8\n", "t.toml:2:"},
 		{"[[gpu]]\nname = \"x\"\n", "gpu[0]: compute_capability missing"},
 		{"[[gpu]]\ncompute_capability = \"eight\"\n", "gpu[0]: compute capability \"eight\""},
@@ -236,5 +239,24 @@ func TestTopologyJSONRoundTrip(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(`{"gpus":[{"compute_capability":"8"}]}`), &back); err == nil {
 		t.Error("bad compute capability accepted")
+	}
+}
+
+// TestTopologyFileDerivedMIGUUID: a MIG instance without a uuid, in a GPU
+// with one, carries the UUID that a rank bound to it gets
+// (MIG-<GPU uuid>/<gi>/<ci>), so that gearrun gpus shows it.
+func TestTopologyFileDerivedMIGUUID(t *testing.T) {
+	doc := "[[gpu]]\ncompute_capability = \"8.0\"\nuuid = \"GPU-abc\"\nmig = true\n[[gpu.instances]]\nprofile = \"1g.10gb\"\ngi = 1\nci = 2\n"
+	topo, err := ParseTopology("t.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := topo.GPUs[0].MIG[0].UUID; got != "MIG-GPU-abc/1/2" {
+		t.Errorf("MIG instance's UUID %q, want MIG-GPU-abc/1/2", got)
+	}
+	var b strings.Builder
+	topo.WriteText(&b)
+	if !strings.Contains(b.String(), "MIG-GPU-abc/1/2") {
+		t.Errorf("gearrun gpus's table lacks the MIG UUID:\n%s", b.String())
 	}
 }

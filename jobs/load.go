@@ -13,6 +13,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 
+	"github.com/gear-rl/gear/internal/tomlerr"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -162,7 +163,7 @@ func strictErrors(strict *toml.StrictMissingError, data []byte, file string) []l
 	for i := range strict.Errors {
 		e := &strict.Errors[i]
 		line, col := e.Position()
-		key := indexArrayTables(data, e.Key(), line)
+		key := tomlerr.Path(data, e.Key(), line)
 		out = append(out, locatedError{line: line, col: col,
 			err: fmt.Errorf("jobs: %s%s: unknown key", where(file, line, col), key)})
 	}
@@ -344,8 +345,6 @@ func where(file string, line, col int) string {
 	return ""
 }
 
-var mismatchRE = lazyRE(`^cannot decode TOML (.+?) into (?:.* of type )?(\S+)$`)
-
 func decodeError(err error, data []byte, file string) error {
 	var strict *toml.StrictMissingError
 	if errors.As(err, &strict) {
@@ -357,69 +356,10 @@ func decodeError(err error, data []byte, file string) error {
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
-		line, col := de.Position()
-		msg := strings.TrimPrefix(de.Error(), "toml: ")
-		if m := mismatchRE().FindStringSubmatch(msg); m != nil {
-			msg = fmt.Sprintf("want %s, got TOML %s", m[2], m[1])
-		}
-		key := indexArrayTables(data, de.Key(), line)
-		if key != "" {
-			key += ": "
-		}
-		return fmt.Errorf("jobs: %s%s%s", where(file, line, col), key, msg)
+		line, col, msg := tomlerr.Describe(de, data)
+		return fmt.Errorf("jobs: %s%s", where(file, line, col), msg)
 	}
 	return fmt.Errorf("jobs: %s%w", where(file, 0, 0), err)
-}
-
-// indexArrayTables writes key as a field path with the index of the array
-// table it is in: the strict decoder says "group.foo" for a key on line 12, and
-// if line 12 is under the second [[group]] header, the path is "group[1].foo".
-// Only headers of the form [[a.b]] are counted; keys in inline arrays keep no
-// index.
-func indexArrayTables(data []byte, key toml.Key, line int) string {
-	lines := strings.Split(string(data), "\n")
-	if line > len(lines) {
-		line = len(lines)
-	}
-	for n := len(key) - 1; n >= 1; n-- {
-		header := "[[" + strings.Join(key[:n], ".") + "]]"
-		count := 0
-		for _, l := range lines[:max(line-1, 0)] {
-			l, _, _ = strings.Cut(l, "#")
-			if strings.ReplaceAll(strings.ReplaceAll(l, " ", ""), "\t", "") == header {
-				count++
-			}
-		}
-		if count > 0 {
-			return fmt.Sprintf("%s[%d].%s", keyPath(key[:n]), count-1, keyPath(key[n:]))
-		}
-	}
-	return keyPath(key)
-}
-
-// keyPath joins a TOML key, quoting the parts that are not bare keys.
-func keyPath(k toml.Key) string {
-	parts := make([]string, len(k))
-	for i, p := range k {
-		if bareKey(p) {
-			parts[i] = p
-		} else {
-			parts[i] = fmt.Sprintf("%q", p)
-		}
-	}
-	return strings.Join(parts, ".")
-}
-
-func bareKey(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			return false
-		}
-	}
-	return true
 }
 
 // prefixFile puts "file: " after the "jobs: " of each line of err.

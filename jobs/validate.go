@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/gear-rl/gear/internal/tomlerr"
 	"github.com/gear-rl/gear/rank"
 )
 
@@ -174,7 +175,7 @@ func (v *validator) env(field string, env map[string]string) {
 	for _, k := range sortedKeys(env) {
 		switch {
 		case !envKeyRE().MatchString(k):
-			v.add(field+"."+keyPath([]string{k}), "not a valid environment variable name")
+			v.add(field+"."+tomlerr.Part(k), "not a valid environment variable name")
 		case slices.Contains(reserved, k):
 			v.add(field+"."+k, "set by the launcher for each rank; a spec may not set it")
 		case strings.ContainsRune(env[k], 0):
