@@ -429,16 +429,12 @@ func TestMetricsAddrServesPrometheusText(t *testing.T) {
 	}
 }
 
-// TestTraceAcrossRestarts: a job restarted once, with a trace, writes every
-// generation of every rank into it, and a restart span between them: the
-// launcher takes each ended generation's metrics segments out of shared
-// memory (so that it does not grow with the restarts) into the trace's
-// files, and nothing of the job is left in /dev/shm afterwards.
-func TestTraceAcrossRestarts(t *testing.T) {
+// tracedJob runs gearrun args (flags, then "-np N obsjob ...") as job with
+// --trace, waits for it to end well, and returns the trace it wrote.
+func tracedJob(t *testing.T, job string, args ...string) metrics.TraceFile {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "job.json")
-	job := jobID(t)
-	cmd := startJob(t, job, "--max-restarts", "1", "--checkpoint-dir", t.TempDir(), "-np", "2", "--trace", file,
-		"obsjob", "-steps", "20", "-fail-generations", "1")
+	cmd := startJob(t, job, append([]string{"--trace", file}, args...)...)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("job: %v", err)
 	}
@@ -450,6 +446,18 @@ func TestTraceAcrossRestarts(t *testing.T) {
 	if err := json.Unmarshal(b, &tf); err != nil {
 		t.Fatal(err)
 	}
+	return tf
+}
+
+// TestTraceAcrossRestarts: a job restarted once, with a trace, writes every
+// generation of every rank into it, and a restart span between them: the
+// launcher takes each ended generation's metrics segments out of shared
+// memory (so that it does not grow with the restarts) into the trace's
+// files, and nothing of the job is left in /dev/shm afterwards.
+func TestTraceAcrossRestarts(t *testing.T) {
+	job := jobID(t)
+	tf := tracedJob(t, job, "--max-restarts", "1", "--checkpoint-dir", t.TempDir(), "-np", "2",
+		"obsjob", "-steps", "20", "-fail-generations", "1")
 	gens := map[[2]int]bool{} // rank, generation
 	restarts := 0
 	for _, e := range tf.TraceEvents {
@@ -484,20 +492,8 @@ func TestTraceAcrossRestarts(t *testing.T) {
 // each collective call overlap on all four ranks (no rank left a call before
 // the last one entered it).
 func TestTraceOfFourRanks(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "job.json")
 	job := jobID(t)
-	cmd := startJob(t, job, "-np", "4", "--trace", file, "obsjob", "-steps", "100")
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("job: %v", err)
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tf metrics.TraceFile
-	if err := json.Unmarshal(b, &tf); err != nil {
-		t.Fatal(err)
-	}
+	tf := tracedJob(t, job, "-np", "4", "obsjob", "-steps", "100")
 	type track struct{ pid, tid int }
 	spans := map[track][]metrics.TraceEvent{}
 	gens := map[int]metrics.TraceEvent{}
