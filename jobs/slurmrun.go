@@ -128,6 +128,9 @@ func (sr *SlurmRun) Run(ctx context.Context) (*Result, error) {
 			return nil, fmt.Errorf("jobs: run --slurm: launch.checkpoint_dir: %w", err)
 		}
 	}
+	if s.Launch.Restarts > 0 && ckpt != "" {
+		fmt.Fprintln(stderr, launch.CheckpointLine(jobID, fmt.Sprintf("restarts = %d", s.Launch.Restarts), ckpt))
+	}
 	runCtx := ctx
 	if t := s.Launch.Timeout.D(); t > 0 {
 		var cancel context.CancelFunc

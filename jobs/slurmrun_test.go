@@ -593,6 +593,11 @@ command = ["sh", "-c", "echo \"gen $GEAR_RESTART_COUNT torch $TORCHELASTIC_RESTA
 		if strings.Contains(out, "gen 3") {
 			t.Errorf("%d kills: a fourth generation ran:\n%s", c.kills, out)
 		}
+		// It says where the checkpoints go as it starts, as a local job does.
+		said := regexp.MustCompile(`(?m)^gearrun: job (\S+) \(restarts = 2\): checkpoints in .*$`).FindAllStringSubmatch(errOut, -1)
+		if len(said) != 1 || said[0][0] != launch.CheckpointLine(said[0][1], "restarts = 2", ckpt) {
+			t.Errorf("%d kills: stderr lacks the checkpoint line, once:\n%s", c.kills, errOut)
+		}
 	}
 }
 

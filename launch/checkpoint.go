@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/gear-rl/gear/rank"
 )
@@ -32,6 +33,25 @@ func CheckpointDir(root, jobID string) string {
 		root = CheckpointRoot()
 	}
 	return filepath.Join(root, jobID)
+}
+
+// CheckpointLine is what gearrun says, once, as a job with restarts starts
+// (the local launcher and a SLURM job's batch side alike): where the job's
+// checkpoints go, that they stay, and the command that removes them. how is
+// how the restarts were asked for ("--max-restarts 2", "restarts = 2"). It
+// has no newline.
+func CheckpointLine(jobID, how, dir string) string {
+	return fmt.Sprintf("gearrun: job %s (%s): checkpoints in %s, kept after the job (gearrun clean --checkpoints %s removes them)",
+		jobID, how, dir, ShortID(jobID))
+}
+
+// ShortID is the prefix of a UUID job ID that gearrun's commands take in its
+// place (8 characters); other IDs are kept whole.
+func ShortID(id string) string {
+	if len(id) == 36 && strings.Count(id, "-") == 4 {
+		return id[:8]
+	}
+	return id
 }
 
 // RemoveCheckpoints removes job jobID's checkpoint directory under root (""

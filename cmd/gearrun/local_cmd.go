@@ -35,8 +35,7 @@ type localJob struct {
 // job runs regardless (with -v, gearrun says why).
 func startLocalJob(plan *launch.Plan, name string, verbose bool, s stdio) *localJob {
 	if plan.MaxRestarts > 0 && plan.CheckpointDir != "" {
-		fmt.Fprintf(s.err, "gearrun: job %s (--max-restarts %d): checkpoints in %s, kept after the job (gearrun clean --checkpoints %s removes them)\n",
-			plan.JobID, plan.MaxRestarts, plan.CheckpointDir, shortID(plan.JobID))
+		fmt.Fprintln(s.err, launch.CheckpointLine(plan.JobID, fmt.Sprintf("--max-restarts %d", plan.MaxRestarts), plan.CheckpointDir))
 	}
 	dir, err := jobs.DefaultStateDir()
 	if err != nil {
@@ -87,15 +86,6 @@ func programNames(plan *launch.Plan) string {
 		}
 	}
 	return strings.Join(names, ",")
-}
-
-// shortID is the prefix of a UUID job ID that gearrun's commands take in its
-// place (8 characters); other IDs are kept whole.
-func shortID(id string) string {
-	if len(id) == 36 && strings.Count(id, "-") == 4 {
-		return id[:8]
-	}
-	return id
 }
 
 // writeLocalJobs prints the local jobs as a table.
