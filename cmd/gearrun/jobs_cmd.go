@@ -231,7 +231,7 @@ func statusCommand(args []string, s stdio) int {
 		fmt.Fprintln(tw, "GEAR ID\tSLURM ID\tNAME\tSTATE\tEXIT\tSUBMITTED")
 		for _, st := range all {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", st.Record.ID, orDash(st.Record.SlurmID), st.Record.Name,
-				st.State, exitText(st.ExitCode), st.Record.SubmittedAt.Local().Format(time.DateTime))
+				st.State, exitText(st), st.Record.SubmittedAt.Local().Format(time.DateTime))
 		}
 		tw.Flush()
 		return 0
@@ -338,11 +338,17 @@ func orDash(s string) string {
 	return s
 }
 
-func exitText(code int) string {
-	if code < 0 {
+// exitText is a job's EXIT column: its exit code, "signal N" for a job that a
+// signal ended (scancel's SIGTERM: SLURM records exit code 0 with it, which
+// the column would show as a success), "-" while it has none.
+func exitText(st *jobs.Status) string {
+	switch {
+	case st.Signal > 0:
+		return fmt.Sprintf("signal %d", st.Signal)
+	case st.ExitCode < 0:
 		return "-"
 	}
-	return fmt.Sprint(code)
+	return fmt.Sprint(st.ExitCode)
 }
 
 func cancelCommand(args []string, s stdio) int {
