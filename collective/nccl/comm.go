@@ -391,11 +391,15 @@ func (d *Comm) call(ctx context.Context, x ncclCall, run func(ctx context.Contex
 		return d.fail(fmt.Errorf("collective: %s: %w", what, err), true)
 	}
 	err = run(ctx, dt, op)
+	if cause := d.Err(); cause != nil {
+		// A lost rank, another rank's notice, or Close aborted the call. An
+		// abort ends the kernels that wait for their peers, so the stream
+		// may come back done, without an error, and the result unfinished:
+		// a call that ends on a failed communicator did not complete.
+		return cause
+	}
 	if err == nil {
 		return nil
-	}
-	if cause := d.Err(); cause != nil {
-		return cause // a lost rank, another rank's notice, or Close aborted the call
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return d.fail(fmt.Errorf("collective: %s: %w", what, ctx.Err()), true)
