@@ -40,7 +40,9 @@ import (
 // more, allreduce runs --items AllReduce calls of one trajectory's size on the
 // same communicator, in turn with the others, and its line gives their bus
 // bandwidth (nccl-tests' algbw x 2(n-1)/n): the transport's own bandwidth at
-// that size, which the remote line's busbw_share compares with.
+// that size, which the remote lines' busbw_share compares with (on one host
+// the remote line reads the peer's shard in place whatever the transport;
+// remote_transport is the path through the communicator, as across hosts).
 
 type worldHandle struct {
 	w    *rank.World
@@ -330,9 +332,9 @@ func benchCollect(args []string, out io.Writer) error {
 				fields = append(fields, kv{"bytes_per_s", rate}, kv{"of_local", res["local"] / sec})
 				if kind == "remote" {
 					fields = append(fields, kv{"in_place", res["in_place"]})
-					if busbw > 0 {
-						fields = append(fields, kv{"busbw_share", rate / busbw})
-					}
+				}
+				if busbw > 0 {
+					fields = append(fields, kv{"busbw_share", rate / busbw})
 				}
 			default:
 				fields = append(fields, kv{"bytes_per_s", rate})

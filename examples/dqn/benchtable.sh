@@ -26,6 +26,7 @@ BENCH=${BENCH:-4s}
 WARMUP=${WARMUP:-2s}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/gear-dqn-bench.XXXXXX")}
+mkdir -p "$OUT"
 BIN=$(mktemp -d "${TMPDIR:-/tmp}/gear-dqn-bin.XXXXXX")
 trap 'rm -rf "$BIN"' EXIT
 
