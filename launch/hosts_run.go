@@ -749,12 +749,7 @@ func (hj *hostJob) rankEnded(r int, ax agentExit) {
 		hj.fail(-1, strings.TrimPrefix(err.Error(), "rank: "), ExitLaunchFailed)
 	default:
 	}
-	s := hj.plan.Ranks[r]
-	who := fmt.Sprintf("rank %d (pid %d on %s", r, rr.PID, s.Host)
-	if s.Role != "" {
-		who += fmt.Sprintf(", %s %d", s.Role, s.RoleRank)
-	}
-	hj.fail(r, who+") "+rr.Status, rr.Code)
+	hj.fail(r, hj.plan.Ranks[r].who(r, rr.PID, true)+" "+rr.Status, rr.Code)
 }
 
 // hostLost fails the job for a host whose connection ended before its agent

@@ -440,6 +440,20 @@ func (j *job) wait(ctx context.Context) {
 	}
 }
 
+// who names rank r of a job in the launcher's lines: "rank 2 (pid 123)",
+// with its host ("pid 123 on node2") for a job on hosts and its role and
+// role rank ("actor 1") in an MPMD job.
+func (s RankSpec) who(r, pid int, onHost bool) string {
+	w := fmt.Sprintf("rank %d (pid %d", r, pid)
+	if onHost {
+		w += " on " + s.Host
+	}
+	if s.Role != "" {
+		w += fmt.Sprintf(", %s %d", s.Role, s.RoleRank)
+	}
+	return w + ")"
+}
+
 // localLostWait is how long a rank the coordinator lost may take to be
 // reaped before the launcher takes it for hung: a rank that ended is
 // reaped at once, and the coordinator hears of it from the launcher.
@@ -453,12 +467,7 @@ func (j *job) lostRunning(r int, reason string) {
 	if j.res.Ranks[r].Status != "running" {
 		return
 	}
-	pr := j.plan.Ranks[r]
-	who := fmt.Sprintf("rank %d (pid %d", r, j.res.Ranks[r].PID)
-	if pr.Role != "" {
-		who += fmt.Sprintf(", %s %d", pr.Role, pr.RoleRank)
-	}
-	j.fail(r, who+") lost: "+reason, ExitLaunchFailed)
+	j.fail(r, j.plan.Ranks[r].who(r, j.res.Ranks[r].PID, false)+" lost: "+reason, ExitLaunchFailed)
 }
 
 // rendezvousFailed ends a job whose world did not assemble. The ranks that
@@ -518,12 +527,7 @@ func (j *job) exited(ev exitEvent) {
 		j.rendezvousFailed(err)
 	default:
 	}
-	r := j.plan.Ranks[ev.rank]
-	who := fmt.Sprintf("rank %d (pid %d", ev.rank, rr.PID)
-	if r.Role != "" {
-		who += fmt.Sprintf(", %s %d", r.Role, r.RoleRank)
-	}
-	j.fail(ev.rank, who+") "+rr.Status, rr.Code)
+	j.fail(ev.rank, j.plan.Ranks[ev.rank].who(ev.rank, rr.PID, false)+" "+rr.Status, rr.Code)
 }
 
 // fail records the world's first failure and prints it, once. A rank's
