@@ -168,11 +168,14 @@ running() {
 wait_world() {
 	local gen=$1 i
 	for i in $(seq $((restart_wait * 5))); do
-		running || return 1
-		if (($(grep -c 'episode *[0-9]* *frames' "$out") > 0)) && (($(trainer_lines) > gen)); then
-			# a status line of this generation: after its trainer line
-			awk -v g="$gen" '/: trainer [0-9]+ of [0-9]+: rank/ { n++ } n > g && /episode +[0-9]+ +frames/ { found = 1 } END { exit !found }' "$out" && return 0
+		# Looked at before running: a job may have ended by its solve.
+		if (($(trainer_lines) > gen)); then
+			# a status line of this generation, after its trainer line, or
+			# its solve (a generation that solves within its first second
+			# prints no status line before it ends the job)
+			awk -v g="$gen" '/: trainer [0-9]+ of [0-9]+: rank/ { n++ } n > g && (/episode +[0-9]+ +frames/ || /: solved: /) { found = 1 } END { exit !found }' "$out" && return 0
 		fi
+		running || return 1
 		sleep 0.2
 	done
 	return 1
@@ -186,7 +189,7 @@ caused=0 # events that made the world restart
 code_expected=0
 last_resumed=0
 for ev in $(seq "$events"); do
-	wait_world "$gen" || { say "event $ev: the job ended or did not come up (generation $gen)"; break; }
+	{ wait_world "$gen" && running; } || { say "event $ev: the job ended or did not come up (generation $gen)"; break; }
 	# The moment: [gap, 2*gap) seconds (tenths drawn; [0, 1) for gap 0)
 	# after the generation's first report.
 	d=$((gap * 10 + RANDOM % (gap > 0 ? gap * 10 : 10)))
