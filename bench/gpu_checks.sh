@@ -114,6 +114,9 @@ run() {
 		check gearbench-gpu-again 60 bin/gearbench gpu --sizes 1000000
 	fi
 	check gearbench-gpu-1024 60 bin/gearbench gpu --blocks 1024 --capacity 2048 --sizes 1000000
+	# Where a gather's time goes: its ways, and CollectDevice's runs.
+	check gather-ways 90 bin/cuda.test -test.run '^$' -test.bench GatherWays -test.benchtime 200x
+	check collect-runs 60 bin/sample.test -test.run '^$' -test.bench CollectDeviceRuns -test.benchtime 300x
 
 	{
 		echo "== device"
@@ -123,7 +126,7 @@ run() {
 		grep -h 'NCCL version' "$out/cuda.log" | head -n 1
 		echo "== figures"
 		grep -h 'op=' "$out"/gearbench-gpu*.log "$out"/learner-*.log 2>/dev/null
-		grep -h '^Benchmark' "$out/gmi.log"
+		grep -h '^Benchmark' "$out/gmi.log" "$out/gather-ways.log" "$out/collect-runs.log"
 		grep -h 'solved\|dqn:' "$out/dqn-gpu.log" | tail -n 3
 		echo "== times"
 		cat "$out/times.txt"

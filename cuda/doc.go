@@ -19,9 +19,11 @@
 //     EventSynchronize(ctx, e), Elapsed.
 //  5. Collection: NewGatherer, then Gatherer.Gather(ctx, s, dst, table, indices,
 //     offsets, spec) enqueues the zero-copy gather of the selected blocks through
-//     a window; synchronize s before reading dst. Gatherer.GatherCopies does the
-//     same through the copy engines, one batched copy (CopyBatchAsync, drivers
-//     of CUDA 12.8 and later).
+//     a window; synchronize s before reading dst (Device.LaunchGatherHost is the
+//     same kernel without a Gatherer: the indices ride in the launch's
+//     parameters). Gatherer.GatherCopies does the same through the copy
+//     engines, one batched copy (CopyBatchAsync, drivers of CUDA 12.8 and
+//     later).
 //  6. Selection: NewSampler, then Sampler.WeightedSample (draws from UniformDraws)
 //     and Sampler.TopK over weights already in device memory; both return when
 //     the host slice holds the result, and match the CPU twins bit for bit.

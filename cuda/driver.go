@@ -18,7 +18,7 @@ type driverFuncs struct {
 	cuModuleLoadData, cuModuleUnload, cuModuleGetFunction, cuLaunchKernel uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamQuery, cuStreamSynchronize   uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery            uintptr
-	cuEventSynchronize, cuEventElapsedTime                                uintptr
+	cuEventSynchronize, cuEventElapsedTime, cuStreamWaitEvent             uintptr
 	cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle            uintptr
 }
 
@@ -63,6 +63,7 @@ func (f *driverFuncs) symbols() []symbol {
 		sym(&f.cuEventCreate, "cuEventCreate"),
 		sym(&f.cuEventDestroy, "cuEventDestroy_v2"),
 		sym(&f.cuEventRecord, "cuEventRecord"),
+		sym(&f.cuStreamWaitEvent, "cuStreamWaitEvent"),
 		sym(&f.cuEventQuery, "cuEventQuery"),
 		sym(&f.cuEventSynchronize, "cuEventSynchronize"),
 		sym(&f.cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime"),

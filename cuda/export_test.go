@@ -7,3 +7,11 @@ func HideCopyBatch(dev *Device) (restore func()) {
 	dev.drv.fn.cuMemcpyBatchAsync = 0
 	return func() { dev.drv.fn.cuMemcpyBatchAsync = fn }
 }
+
+// SetGatherSmallRows sets the most rows LaunchGatherHost gives the kernel's
+// 256-row form (0: none), until the returned function puts it back.
+func SetGatherSmallRows(n int) (restore func()) {
+	old := gatherSmallRows
+	gatherSmallRows = n
+	return func() { gatherSmallRows = old }
+}

@@ -14,6 +14,7 @@ func PTX() string { return kernels.PTX }
 type gearKernels struct {
 	mod                           *Module
 	gatherV16, gatherV4, gatherV1 Function
+	gatherRows, gatherRows256     [3]Function // indices in the parameters: v16, v4, v1
 	wsTiles, wsDraws              [2]Function // [0] float32, [1] float64
 	wsScan                        Function
 	topkInit, topkSelect          Function
@@ -48,6 +49,10 @@ func loadGearKernels(dev *Device) (*gearKernels, error) {
 		name string
 	}{
 		{&k.gatherV16, "gear_gather_v16"}, {&k.gatherV4, "gear_gather_v4"}, {&k.gatherV1, "gear_gather_v1"},
+		{&k.gatherRows[0], "gear_gather_rows_v16"}, {&k.gatherRows[1], "gear_gather_rows_v4"},
+		{&k.gatherRows[2], "gear_gather_rows_v1"},
+		{&k.gatherRows256[0], "gear_gather_rows256_v16"}, {&k.gatherRows256[1], "gear_gather_rows256_v4"},
+		{&k.gatherRows256[2], "gear_gather_rows256_v1"},
 		{&k.wsTiles[0], "gear_ws_tiles_f32"}, {&k.wsTiles[1], "gear_ws_tiles_f64"},
 		{&k.wsScan, "gear_ws_scan"},
 		{&k.wsDraws[0], "gear_ws_draws_f32"}, {&k.wsDraws[1], "gear_ws_draws_f64"},

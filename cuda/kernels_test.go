@@ -3,10 +3,12 @@ package cuda_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,16 +145,18 @@ func TestGatherMatchesCPU(t *testing.T) {
 		}
 		// Calls back to back on two streams, with no wait between them: each
 		// kernel reads its indices from a stage while the next call stages
-		// its own, and must still read its own.
+		// its own, and must still read its own. Every other call has per-row
+		// offsets (its indices staged and copied); the others carry theirs in
+		// the launch's parameters.
 		t.Run("back to back", func(t *testing.T) {
-			spec := cuda.GatherSpec{BlockBytes: 4096, Capacity: 64}
+			spec := cuda.GatherSpec{BlockBytes: 4096, Capacity: 64, FrameBytes: 512, Length: 4}
 			table, tdev := mapTable(t, dev, spec.Capacity*spec.BlockBytes, 99)
 			s2, err := dev.NewStream()
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer dev.DestroyStream(s2)
-			const calls, rows = 6, 48
+			const calls, rows = 8, 48
 			var wants [][]byte
 			var dsts []cuda.DevicePtr
 			for k := range calls {
@@ -160,13 +164,20 @@ func TestGatherMatchesCPU(t *testing.T) {
 				for i := range idx {
 					idx[i] = int64((i*7 + k*13) % spec.Capacity)
 				}
-				want := make([]byte, rows*spec.BlockBytes)
-				if err := cuda.GatherCPU(want, table, idx, nil, spec); err != nil {
+				var offs []int
+				if k%4 < 2 {
+					offs = make([]int, rows)
+					for i := range offs {
+						offs[i] = (i + k) % 5
+					}
+				}
+				want := make([]byte, rows*4*512)
+				if err := cuda.GatherCPU(want, table, idx, offs, spec); err != nil {
 					t.Fatal(err)
 				}
 				dst := cudatest.ToDevice(t, dev, make([]byte, len(want)))
 				st := []cuda.Stream{s, s2}[k%2]
-				if err := g.Gather(ctx, st, dst, tdev, idx, nil, spec); err != nil {
+				if err := g.Gather(ctx, st, dst, tdev, idx, offs, spec); err != nil {
 					t.Fatal(err)
 				}
 				wants, dsts = append(wants, want), append(dsts, dst)
@@ -182,11 +193,190 @@ func TestGatherMatchesCPU(t *testing.T) {
 					t.Fatal(err)
 				}
 				if i := firstDiff(got, want); i >= 0 {
-					t.Fatalf("call %d: row %d byte %d: got %#x, want %#x", k, i/spec.BlockBytes, i%spec.BlockBytes, got[i], want[i])
+					t.Fatalf("call %d: row %d byte %d: got %#x, want %#x", k, i/(4*512), i%(4*512), got[i], want[i])
 				}
 			}
 		})
 	})
+}
+
+// TestGatherIndicesInParams checks that a gather without per-row offsets
+// carries its indices in the launch's parameters, 960 rows a launch (in a 1 KiB
+// form for up to 256 rows), and copies none to the device: on an H100 that copy
+// and the kernel's wait for it cost 3% of a 16 MiB gather.
+func TestGatherIndicesInParams(t *testing.T) {
+	f := openFake(t, 0)
+	ctx := context.Background()
+	spec := cuda.GatherSpec{BlockBytes: 64, Capacity: 4096}
+	table, tdev := mapTable(t, f.dev, spec.Capacity*spec.BlockBytes, 7)
+	g, err := f.dev.NewGatherer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	s, err := f.dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.dev.DestroyStream(s)
+	le := binary.LittleEndian
+	for _, c := range []struct{ rows, launches int }{{256, 1}, {257, 1}, {cuda.GatherParamRows, 1}, {2000, 3}} {
+		idx := make([]int64, c.rows)
+		for i := range idx {
+			idx[i] = int64((i*2654435761 + 17) % spec.Capacity)
+		}
+		want := make([]byte, c.rows*spec.BlockBytes)
+		if err := cuda.GatherCPU(want, table, idx, nil, spec); err != nil {
+			t.Fatal(err)
+		}
+		dst := cudatest.ToDevice(t, f.dev, make([]byte, len(want)))
+		hostAllocs := f.cu.Live(cudatest.LiveHostAllocs)
+		before := f.cu.Launches()
+		if err := g.Gather(ctx, s, dst, tdev, idx, nil, spec); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.cu.Launches() - before; got != c.launches {
+			t.Errorf("%d rows: %d launches, want %d", c.rows, got, c.launches)
+		}
+		if got := f.cu.Live(cudatest.LiveHostAllocs); got != hostAllocs {
+			t.Errorf("%d rows: %d pinned host allocations, want %d (no staging)", c.rows, got, hostAllocs)
+		}
+		l := f.cu.LastLaunch()
+		last := idx[(c.launches-1)*cuda.GatherParamRows:]
+		// The 1 KiB form of the parameters where the rows fit it.
+		name, size := "gear_gather_rows_v16", 4*cuda.GatherParamRows
+		if len(last) <= 256 {
+			name, size = "gear_gather_rows256_v16", 4*256
+		}
+		if l.Name != name || len(l.Params) != 9 || le.Uint64(l.Params[2]) != uint64(len(last)) {
+			t.Fatalf("%d rows: last launch %s with %d parameters, want %s with 9", c.rows, l.Name, len(l.Params), name)
+		}
+		if p := l.Params[8]; len(p) != size {
+			t.Fatalf("%d rows: row parameter of %d bytes, want %d", c.rows, len(p), size)
+		}
+		for i, ix := range last {
+			if got := le.Uint32(l.Params[8][4*i:]); int64(got) != ix {
+				t.Fatalf("%d rows: parameter row %d holds %d, want %d", c.rows, i, got, ix)
+			}
+		}
+		if i := firstDiff(streamBytes(t, f.dev, s, dst, len(want)), want); i >= 0 {
+			t.Fatalf("%d rows: row %d differs from GatherCPU's", c.rows, i/spec.BlockBytes)
+		}
+	}
+	// LaunchGatherHost checks what the kernel would trust.
+	dst := cudatest.ToDevice(t, f.dev, make([]byte, 4*spec.BlockBytes))
+	if err := f.dev.LaunchGatherHost(s, dst, tdev, []int64{1, 4096}, spec); err == nil || !strings.Contains(err.Error(), "4096") {
+		t.Errorf("index 4096 of 4096 blocks: %v", err)
+	}
+	huge := cuda.GatherSpec{BlockBytes: 1, Capacity: 1<<32 + 1}
+	if err := f.dev.LaunchGatherHost(s, dst, tdev, []int64{1}, huge); err == nil || !strings.Contains(err.Error(), "2^32") {
+		t.Errorf("capacity over 2^32: %v", err)
+	}
+}
+
+// TestGatherSplitsLargeRows checks that Gather shares a gather of rows of 64
+// KiB or more between the kernel (the first half) and one batch of copies on a
+// stream of the Gatherer's own (the second half), and keeps to the kernel
+// where a split would not pay: small rows, padded rows, one row, a driver
+// without batches.
+func TestGatherSplitsLargeRows(t *testing.T) {
+	f := openFake(t, 0)
+	ctx := context.Background()
+	le := binary.LittleEndian
+	g, err := f.dev.NewGatherer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := f.dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.dev.DestroyStream(s)
+	streams := f.cu.Live(cudatest.LiveStreams)
+	// gather runs one Gather into fresh memory, checks the rows against
+	// GatherCPU's and returns the rows the last launch's kernel gathered.
+	gather := func(name string, spec cuda.GatherSpec, rows int) int {
+		t.Helper()
+		table, tdev := mapTable(t, f.dev, spec.Capacity*spec.BlockBytes, uint64(rows))
+		idx := make([]int64, rows)
+		for i := range idx {
+			idx[i] = int64((i*5 + 3) % spec.Capacity)
+		}
+		rowBytes, err := spec.RowBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]byte, rows*rowBytes)
+		if err := cuda.GatherCPU(want, table, idx, nil, spec); err != nil {
+			t.Fatal(err)
+		}
+		dst := cudatest.ToDevice(t, f.dev, bytes.Repeat([]byte{0xee}, len(want)))
+		if err := g.Gather(ctx, s, dst, tdev, idx, nil, spec); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got := streamBytes(t, f.dev, s, dst, len(want))
+		if i := firstDiff(got, want); i >= 0 {
+			t.Fatalf("%s: row %d byte %d: got %#x, want %#x", name, i/rowBytes, i%rowBytes, got[i], want[i])
+		}
+		return int(le.Uint64(f.cu.LastLaunch().Params[2]))
+	}
+	large := cuda.GatherSpec{BlockBytes: 64 << 10, Capacity: 12}
+	if k := gather("8 rows of 64 KiB", large, 8); k != 4 {
+		t.Errorf("8 rows of 64 KiB: the kernel gathered %d rows, want 4", k)
+	}
+	if got := f.cu.Live(cudatest.LiveStreams); got != streams+1 {
+		t.Errorf("%d streams after a split, want %d (the side stream)", got, streams+1)
+	}
+	if k := gather("7 rows of 64 KiB", large, 7); k != 4 {
+		t.Errorf("7 rows of 64 KiB: the kernel gathered %d rows, want 4", k)
+	}
+	if got := f.cu.Live(cudatest.LiveStreams); got != streams+1 {
+		t.Errorf("%d streams after a second split, want %d (the same side stream)", got, streams+1)
+	}
+	for _, c := range []struct {
+		name string
+		spec cuda.GatherSpec
+		rows int
+	}{
+		{"rows of 32 KiB", cuda.GatherSpec{BlockBytes: 32 << 10, Capacity: 12}, 8},
+		{"padded rows", cuda.GatherSpec{BlockBytes: 64 << 10, Capacity: 12, FrameBytes: 1 << 10, HeadPad: 1}, 8},
+		{"one row", large, 1},
+	} {
+		if k := gather(c.name, c.spec, c.rows); k != c.rows {
+			t.Errorf("%s: the kernel gathered %d rows, want all %d", c.name, k, c.rows)
+		}
+	}
+	restore := cuda.HideCopyBatch(f.dev)
+	if k := gather("a driver without batches", large, 8); k != 8 {
+		t.Errorf("a driver without batches: the kernel gathered %d rows, want all 8", k)
+	}
+	restore()
+	// A failed batch fails the call, naming the driver's error.
+	_, tdev := mapTable(t, f.dev, large.Capacity*large.BlockBytes, 1)
+	dst := cudatest.ToDevice(t, f.dev, make([]byte, 4*large.BlockBytes))
+	f.cu.Fail("cuMemcpyBatchAsync", 2, 1) // CUDA_ERROR_OUT_OF_MEMORY
+	if err := g.Gather(ctx, s, dst, tdev, []int64{0, 1, 2, 3}, nil, large); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Errorf("a failed batch: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.cu.Live(cudatest.LiveStreams); got != streams {
+		t.Errorf("%d streams after Close, want %d", got, streams)
+	}
+}
+
+// streamBytes waits for stream s and returns the n bytes at dst.
+func streamBytes(t *testing.T, dev *cuda.Device, s cuda.Stream, dst cuda.DevicePtr, n int) []byte {
+	t.Helper()
+	if err := dev.StreamSynchronize(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	if err := dev.CopyDtoH(got, dst); err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 func firstDiff(a, b []byte) int {

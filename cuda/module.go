@@ -123,6 +123,14 @@ func packArgs(args []any) (*kernelArgs, error) {
 			v = uint64(math.Float32bits(x))
 		case float64:
 			v = math.Float64bits(x)
+		case []byte:
+			// A parameter passed by value as its bytes (a struct or an
+			// array); the driver copies them during the call.
+			if len(x) == 0 {
+				return nil, fmt.Errorf("cuda: cuLaunchKernel: argument %d is an empty []byte", i)
+			}
+			ka.ptrs[i] = unsafe.Pointer(&x[0])
+			continue
 		default:
 			return nil, fmt.Errorf("cuda: cuLaunchKernel: argument %d has unsupported type %T", i, a)
 		}
@@ -134,8 +142,9 @@ func packArgs(args []any) (*kernelArgs, error) {
 
 // Launch enqueues kernel f on cfg.Stream (cuLaunchKernel). Each argument is one
 // kernel parameter: DevicePtr, uintptr, int64, uint64 and int are 8 bytes,
-// int32, uint32 and float32 are 4, uint8 is 1, float64 is 8; the types must match
-// the kernel's parameters.
+// int32, uint32 and float32 are 4, uint8 is 1, float64 is 8, and a []byte is a
+// parameter of its length passed by value (a struct or array parameter, such
+// as a gather's row indices); the types must match the kernel's parameters.
 func (dev *Device) Launch(f Function, cfg LaunchConfig, args ...any) error {
 	ka, err := packArgs(args)
 	if err != nil {
@@ -153,6 +162,7 @@ func (dev *Device) Launch(f Function, cfg LaunchConfig, args ...any) error {
 		uintptr(g.X), uintptr(g.Y), uintptr(g.Z), uintptr(b.X), uintptr(b.Y), uintptr(b.Z),
 		uintptr(cfg.SharedMem), uintptr(cfg.Stream), params, 0)
 	runtime.KeepAlive(ka)
+	runtime.KeepAlive(args)
 	if err != nil {
 		return fmt.Errorf("%w (kernel %s)", err, f.name)
 	}

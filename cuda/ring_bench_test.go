@@ -30,18 +30,7 @@ import (
 // The actor is this test binary started again (TestChannelProducerProcess).
 // It runs on a real GPU, and on the fake driver with GEAR_BENCH_FAKE=1.
 func BenchmarkGMIChannel(b *testing.B) {
-	var dev *cuda.Device
-	lib := ""
-	if os.Getenv("GEAR_BENCH_FAKE") == "1" {
-		libs := cudatest.Build(b, cudatest.Options{})
-		drv, err := cuda.OpenDriver(cuda.WithLibrary(libs.CUDA))
-		if err != nil {
-			b.Fatal(err)
-		}
-		dev, lib = cudatest.OpenDevice(b, drv, 0), libs.CUDA
-	} else {
-		dev = cudatest.OpenGPU(b)
-	}
+	dev, lib := cudatest.BenchDevice(b)
 	spec := cuda.RingSpec{Slots: 64, SlotBytes: 64 << 10}
 	b.Run("device", func(b *testing.B) { benchDeviceChannel(b, dev, lib, spec) })
 	b.Run("host", func(b *testing.B) { benchHostChannel(b, dev, lib, spec) })

@@ -90,6 +90,13 @@ func (dev *Device) Record(e Event, s Stream) error {
 	return dev.call("cuEventRecord", dev.drv.fn.cuEventRecord, uintptr(e), uintptr(s))
 }
 
+// StreamWaitEvent makes the work enqueued on s after this call wait until the
+// work before e's last Record (on any stream) has finished; the host does not
+// wait. An event never recorded makes no wait.
+func (dev *Device) StreamWaitEvent(s Stream, e Event) error {
+	return dev.call("cuStreamWaitEvent", dev.drv.fn.cuStreamWaitEvent, uintptr(s), uintptr(e), 0)
+}
+
 // EventDone reports whether the work before e's last Record has finished.
 func (dev *Device) EventDone(e Event) (bool, error) {
 	return dev.query("cuEventQuery", dev.drv.fn.cuEventQuery, uintptr(e))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"iter"
 	"sync"
-	"unsafe"
 
 	"github.com/gear-rl/gear/cuda"
 	"github.com/gear-rl/gear/store"
@@ -42,9 +41,6 @@ type deviceTables struct {
 	tables []cuda.DevicePtr // their device pointers
 
 	mu      sync.Mutex // one device collection at a time
-	stage   []byte     // pinned: the index lists of one collection (int64)
-	idx     cuda.DevicePtr
-	idxCap  int // int64s that stage and idx hold
 	rows    cuda.DevicePtr
 	rowsCap int          // bytes: rows staged by a distributed collection
 	done    cuda.Event   // recorded after a collection's last work
@@ -274,80 +270,52 @@ func (g *deviceTables) release(ctx context.Context) error {
 		errs = append(errs, err, g.wait(context.WithoutCancel(ctx)))
 	}
 	g.closed = true
-	errs = append(errs, g.dev.Free(g.idx), g.dev.Free(g.rows))
-	if g.stage != nil {
-		errs = append(errs, g.dev.FreeHost(g.stage))
-	}
+	errs = append(errs, g.dev.Free(g.rows))
 	for _, tb := range g.host {
 		errs = append(errs, g.dev.UnregisterHost(tb))
 	}
 	if g.done != 0 {
 		errs = append(errs, g.dev.DestroyEvent(g.done))
 	}
-	g.stage, g.idx, g.rows, g.host, g.tables, g.idxCap, g.rowsCap = nil, 0, 0, nil, nil, 0, 0
+	g.rows, g.host, g.tables, g.rowsCap = 0, nil, nil, 0
 	return errors.Join(errs...)
 }
 
-// reserve makes room for n int64 indices in the pinned stage and on the device
-// and for rowBytes staged row bytes. No work may be pending (g.mu held).
-func (g *deviceTables) reserve(n, rowBytes int) error {
-	if n > g.idxCap {
-		n = max(n, 2*g.idxCap, 1024)
-		stage, err := g.dev.AllocHost(8 * n)
-		if err != nil {
-			return err
-		}
-		idx, err := g.dev.Alloc(8 * n)
-		if err != nil {
-			_ = g.dev.FreeHost(stage)
-			return err
-		}
-		err = errors.Join(g.dev.Free(g.idx), g.dev.FreeHost(g.stage))
-		g.stage, g.idx, g.idxCap = stage, idx, n
-		if err != nil {
-			return err
-		}
+// reserve makes room for rowBytes staged row bytes. No work may be pending
+// (g.mu held).
+func (g *deviceTables) reserve(rowBytes int) error {
+	if rowBytes <= g.rowsCap {
+		return nil
 	}
-	if rowBytes > g.rowsCap {
-		rowBytes = max(rowBytes, g.rowsCap+g.rowsCap/2)
-		rows, err := g.dev.Alloc(rowBytes)
-		if err != nil {
-			return err
-		}
-		err = g.dev.Free(g.rows)
-		g.rows, g.rowsCap = rows, rowBytes
-		if err != nil {
-			return err
-		}
+	rowBytes = max(rowBytes, g.rowsCap+g.rowsCap/2)
+	rows, err := g.dev.Alloc(rowBytes)
+	if err != nil {
+		return err
 	}
-	return nil
-}
-
-// upload copies the indices into the stage at element off and enqueues their
-// copy to the device on s; it returns their device address.
-func (g *deviceTables) upload(s cuda.Stream, off int, indices []int64) (cuda.DevicePtr, error) {
-	at := g.idx.Add(8 * off)
-	if len(indices) == 0 {
-		return at, nil
-	}
-	stage := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(g.stage))), g.idxCap)
-	copy(stage[off:], indices)
-	return at, g.dev.CopyHtoDAsync(at, g.stage[8*off:8*(off+len(indices))], s)
+	err = g.dev.Free(g.rows)
+	g.rows, g.rowsCap = rows, rowBytes
+	return err
 }
 
 // readBytes is the bytes a column's window reads from a block.
 func (p colPlan) readBytes() int { return p.avail * p.frameBytes }
 
-// gatherFromShard enqueues, on s, the gather of rows (device int64 indices of
-// local rows) of column plan p from the registered table into dst: with the
-// window's padding (padded: item layout, p.itemBytes() per row) or without it
-// (packed: p.readBytes() per row).
-func (st *ShardTable) gatherFromShard(g *deviceTables, s cuda.Stream, dst cuda.DevicePtr, p colPlan, indices cuda.DevicePtr, rows int, padded bool) error {
-	spec, ok, err := st.gatherSpec(g, s, dst, p, rows, padded)
+// gatherFromShard enqueues, on s, the gather of rows (local row indices) of
+// column plan p from the registered table into dst: with the window's padding
+// (padded: item layout, p.itemBytes() per row) or without it (packed:
+// p.readBytes() per row). The indices go in the launches' parameters: no copy
+// of them to the device comes first. The kernel gathers every row: unlike
+// cuda.Gatherer.Gather, a collection does not share rows of 64 KiB with the
+// copy engines, whose batch would cost the host about a microsecond a row
+// while it pins the next run (on an H100, 256 rows of 64 KiB went at 0.833 to
+// 0.842 of the pinned copy with the split and 0.838 to 0.849 without it, in
+// BenchmarkCollectDeviceRuns).
+func (st *ShardTable) gatherFromShard(g *deviceTables, s cuda.Stream, dst cuda.DevicePtr, p colPlan, rows []int64, padded bool) error {
+	spec, ok, err := st.gatherSpec(g, s, dst, p, len(rows), padded)
 	if !ok || err != nil {
 		return err
 	}
-	return g.dev.LaunchGather(s, dst, g.tables[p.col], indices, 0, rows, spec)
+	return g.dev.LaunchGatherHost(s, dst, g.tables[p.col], rows, spec)
 }
 
 // copiesFromShard is gatherFromShard through the copy engines: it adds the
@@ -441,27 +409,18 @@ func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cu
 	if len(indices) == 0 {
 		return nil
 	}
-	if err := g.reserve(len(indices), 0); err != nil {
-		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
-	}
 	fail := func(err error) error {
 		return g.abandon(ctx, s, fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err))
 	}
 	// The rows go in runs (collectRuns): the device gathers a run while the
 	// host pins the next, so that only the first run's pins come before the
-	// bus is busy. The indices go up in one copy first; a run's kernel reads
-	// its own once its rows are pinned.
+	// bus is busy. A run's kernel carries its rows' indices in its
+	// parameters.
 	rows := make([]int64, len(indices))
 	for k, idx := range indices {
 		rows[k] = int64(idx)
 	}
 	copies := g.copies && s != 0 // the driver refuses batches on the legacy stream
-	var devIdx cuda.DevicePtr
-	if !copies {
-		if devIdx, err = g.upload(s, 0, rows); err != nil {
-			return fail(err)
-		}
-	}
 	rowBytes := 0
 	for _, p := range plans {
 		rowBytes += p.itemBytes()
@@ -487,7 +446,7 @@ func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cu
 			continue
 		}
 		for i, p := range plans {
-			if err := st.gatherFromShard(g, s, dst[i].Add(start*p.itemBytes()), p, devIdx.Add(8*start), n, true); err != nil {
+			if err := st.gatherFromShard(g, s, dst[i].Add(start*p.itemBytes()), p, rows[start:start+n], true); err != nil {
 				return fail(err)
 			}
 		}
@@ -499,11 +458,19 @@ func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cu
 }
 
 // collectRun is the bytes of the first run of rows a device collection
-// gathers (at least collectRunRows rows); each later run is twice the last,
-// so that a batch takes few launches and one of small rows takes one.
-const (
-	collectRun     = 1 << 20
-	collectRunRows = 32
+// gathers (at least collectRunRows rows); the second run takes every row left,
+// whose pins (about 40 ns a row) the host makes while the device reads the
+// first run's megabyte (20 us of a PCIe 5 bus). On an H100, 256 rows of 64 KiB
+// went at 0.845 of the pinned copy so and at 0.830 in runs that doubled
+// (BenchmarkCollectDeviceRuns).
+const collectRunRows = 32
+
+// collectRun and collectRunGrowth are variables for
+// BenchmarkCollectDeviceRuns, which compares other runs: a growth above 0
+// makes each run that many times the last.
+var (
+	collectRun       = 1 << 20
+	collectRunGrowth = 0
 )
 
 // collectRuns yields the runs (first row, rows) of a collection of n rows of
@@ -516,7 +483,10 @@ func collectRuns(n, rowBytes int) iter.Seq2[int, int] {
 			if !yield(start, k) {
 				return
 			}
-			start, run = start+k, 2*run
+			start, run = start+k, collectRunGrowth*run
+			if run == 0 {
+				run = n
+			}
 		}
 	}
 }

@@ -129,7 +129,6 @@ type deviceExchange struct {
 	recvOff, sendOff []int   // byte offsets, in g.rows, of every column's areas
 	perm             []int64 // position -> staged row
 	peerBase         []int   // peer -> first staged row of its run
-	servedAt         int     // next free element of the index stage
 	localErr         error
 	missing          error
 }
@@ -139,7 +138,7 @@ func (x *deviceExchange) run(ctx context.Context, dst []cuda.DevicePtr) error {
 	n := len(x.indices)
 	mine := x.byOwner[d.rank]
 	direct := len(mine) == n // no remote rows: gather straight into dst
-	asked, mostAsked := 0, 0
+	mostAsked := 0
 	x.peerBase = make([]int, d.size)
 	next := len(mine)
 	for p := range d.size {
@@ -147,7 +146,6 @@ func (x *deviceExchange) run(ctx context.Context, dst []cuda.DevicePtr) error {
 			continue
 		}
 		a := x.wants(p, d.rank)
-		asked += a
 		mostAsked = max(mostAsked, a)
 		x.peerBase[p] = next
 		next += len(x.byOwner[p])
@@ -164,10 +162,9 @@ func (x *deviceExchange) run(ctx context.Context, dst []cuda.DevicePtr) error {
 		x.sendOff[c] = bytes
 		bytes += roundUp(mostAsked*p.readBytes(), stageAlign)
 	}
-	if err := g.reserve(len(mine)+n+asked, bytes); err != nil {
+	if err := g.reserve(bytes); err != nil {
 		return err
 	}
-	x.servedAt = len(mine) + n
 
 	// This rank's rows: pinned, then gathered while the ranks exchange.
 	x.perm = make([]int64, n)
@@ -186,16 +183,12 @@ func (x *deviceExchange) run(ctx context.Context, dst []cuda.DevicePtr) error {
 		x.perm[k] = int64(i)
 	}
 	if x.localErr == nil && len(mine) > 0 {
-		devIdx, err := g.upload(x.s, 0, local)
-		if err != nil {
-			return err
-		}
 		for c, p := range x.plans {
 			out, padded := dst[c], true
 			if !direct {
 				out, padded = g.rows.Add(x.recvOff[c]), false
 			}
-			if err := d.st.gatherFromShard(g, x.s, out, p, devIdx, len(local), padded); err != nil {
+			if err := d.st.gatherFromShard(g, x.s, out, p, local, padded); err != nil {
 				return err
 			}
 		}
@@ -208,10 +201,6 @@ func (x *deviceExchange) run(ctx context.Context, dst []cuda.DevicePtr) error {
 		return nil
 	}
 	// Every row is staged: one gather of device memory pads each into place.
-	perm, err := g.upload(x.s, len(mine), x.perm)
-	if err != nil {
-		return err
-	}
 	for c, p := range x.plans {
 		nb, ib := p.readBytes(), p.itemBytes()
 		if nb == 0 {
@@ -221,7 +210,7 @@ func (x *deviceExchange) run(ctx context.Context, dst []cuda.DevicePtr) error {
 			continue
 		}
 		spec := cuda.GatherSpec{BlockBytes: nb, Capacity: n, FrameBytes: 1, Length: nb, HeadPad: p.readAt, TailPad: ib - nb - p.readAt}
-		if err := g.dev.LaunchGather(x.s, dst[c], g.rows.Add(x.recvOff[c]), perm, 0, n, spec); err != nil {
+		if err := g.dev.LaunchGatherHost(x.s, dst[c], g.rows.Add(x.recvOff[c]), x.perm, spec); err != nil {
 			return err
 		}
 	}
@@ -310,13 +299,8 @@ func (x *deviceExchange) serve(asked []int64, status []byte) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	devIdx, err := g.upload(x.s, x.servedAt, rows)
-	if err != nil {
-		return 0, err
-	}
-	x.servedAt += len(asked)
 	for c, p := range x.plans {
-		if err := d.st.gatherFromShard(g, x.s, g.rows.Add(x.sendOff[c]), p, devIdx, len(rows), false); err != nil {
+		if err := d.st.gatherFromShard(g, x.s, g.rows.Add(x.sendOff[c]), p, rows, false); err != nil {
 			return 0, err
 		}
 	}

@@ -239,6 +239,26 @@ func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, 
 	if err := emitGather("gather", gatherSecs); err != nil {
 		return 0, err
 	}
+	// The kernel alone (Gather shares rows of 64 KiB and more with the copy
+	// engines where the driver has batched copies).
+	if err := dev.MemsetAsync(dst, 0, total, s); err != nil {
+		return 0, err
+	}
+	kernelSecs, err := timeEvents(ctx, dev, s, c.reps, func() error {
+		return dev.LaunchGatherHost(s, dst, tdev, idx, spec)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := dev.CopyDtoH(got, dst); err != nil {
+		return 0, err
+	}
+	if !slices.Equal(got, want) {
+		return 0, fmt.Errorf("gather kernel: the GPU's rows differ from the CPU twin's")
+	}
+	if err := emitGather("gather_kernel", kernelSecs); err != nil {
+		return 0, err
+	}
 	if !dev.CanCopyBatch() {
 		return copySecs, nil
 	}

@@ -51,15 +51,15 @@ func TestBenchGPUOnFakeDriver(t *testing.T) {
 			t.Errorf("line %v lacks bench=gpu", l)
 		}
 	}
-	if strings.Join(ops, ",") != "device,pinned_copy,gather,gather_copies,collect_device,collect_device_copies,weighted_sample,topk" {
+	if strings.Join(ops, ",") != "device,pinned_copy,gather,gather_kernel,gather_copies,collect_device,collect_device_copies,weighted_sample,topk" {
 		t.Fatalf("ops %v", ops)
 	}
-	for _, g := range lines[2:4] {
+	for _, g := range lines[2:5] {
 		if g["bytes"] != 8*4096.0 || g["of_pinned_copy"] == nil {
 			t.Errorf("%s line %v", g["op"], g)
 		}
 	}
-	for _, g := range lines[4:6] {
+	for _, g := range lines[5:7] {
 		if g["bytes"] != 8*4096.0 || g["blocks"] != 8.0 || g["of_pinned_copy"] == nil || g["wall_of_pinned_copy"] == nil {
 			t.Errorf("%s line %v", g["op"], g)
 		}

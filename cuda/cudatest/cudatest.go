@@ -249,6 +249,10 @@ func (f *FakeCUDA) LastLaunch() Launch {
 	for i := range n {
 		buf := make([]byte, 256)
 		size := f.lastParam(i, &buf[0], int32(len(buf)))
+		if int(size) > len(buf) { // a struct parameter: ask again with room for it
+			buf = make([]byte, size)
+			size = f.lastParam(i, &buf[0], int32(len(buf)))
+		}
 		l.Params = append(l.Params, buf[:size])
 	}
 	return l

@@ -2,6 +2,7 @@ package cudatest
 
 import (
 	"errors"
+	"os"
 	"testing"
 	"unsafe"
 
@@ -81,4 +82,22 @@ func OpenDevice(tb testing.TB, drv *cuda.Driver, ordinal int) *cuda.Device {
 func OpenGPU(tb testing.TB) *cuda.Device {
 	tb.Helper()
 	return OpenDevice(tb, OpenDriver(tb), 0)
+}
+
+// BenchDevice is the device a GPU benchmark runs on: device 0 of the fake
+// driver (Build) when GEAR_BENCH_FAKE=1, whose library path it also returns,
+// else device 0 of the system's driver (OpenGPU: skipped without one, lib "").
+// Figures from the fake say nothing of a GPU; it checks that the benchmark
+// runs.
+func BenchDevice(tb testing.TB) (dev *cuda.Device, lib string) {
+	tb.Helper()
+	if os.Getenv("GEAR_BENCH_FAKE") != "1" {
+		return OpenGPU(tb), ""
+	}
+	libs := Build(tb, Options{})
+	drv, err := cuda.OpenDriver(cuda.WithLibrary(libs.CUDA))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return OpenDevice(tb, drv, 0), libs.CUDA
 }

@@ -36,6 +36,7 @@ static inline uint4 make_uint4(unsigned int x, unsigned int y, unsigned int z, u
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __shared__ static
+#define __grid_constant__
 
 // The running fiber's coordinates, set by the scheduler before each switch.
 extern dim3 emu_threadIdx, emu_blockIdx, emu_blockDim, emu_gridDim;

@@ -310,6 +310,8 @@ struct Known {
 const std::vector<Known>& known_kernels() {
   static const std::vector<Known> k = {
       KNOWN(gear_gather_v16),    KNOWN(gear_gather_v4),        KNOWN(gear_gather_v1),
+      KNOWN(gear_gather_rows_v16), KNOWN(gear_gather_rows_v4), KNOWN(gear_gather_rows_v1),
+      KNOWN(gear_gather_rows256_v16), KNOWN(gear_gather_rows256_v4), KNOWN(gear_gather_rows256_v1),
       KNOWN(gear_ws_tiles_f32),  KNOWN(gear_ws_tiles_f64),     KNOWN(gear_ws_scan),
       KNOWN(gear_ws_draws_f32),  KNOWN(gear_ws_draws_f64),     KNOWN(gear_topk_init),
       KNOWN(gear_topk_hist_f32), KNOWN(gear_topk_hist_f64),    KNOWN(gear_topk_select),
@@ -1194,6 +1196,18 @@ CUresult cuEventRecord(uintptr_t e, uintptr_t s) {
   it->second->t = std::chrono::steady_clock::now();
   it->second->recorded = true;
   it->second->stream = s;
+  return OK;
+}
+
+// cuStreamWaitEvent: the fake runs work when it is enqueued, so a wait has
+// nothing left to wait for; it checks what the driver checks (the handles, the
+// flags).
+CUresult cuStreamWaitEvent(uintptr_t s, uintptr_t e, unsigned int flags) {
+  NEED_CONTEXT();
+  std::lock_guard<std::recursive_mutex> l(g_mu);
+  if (flags > 1) return INVALID_VALUE;
+  if (g_events.find(e) == g_events.end() || !stream_of(s)) return INVALID_HANDLE;
+  if (legacy(s)) land_legacy();
   return OK;
 }
 

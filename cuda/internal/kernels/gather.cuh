@@ -34,10 +34,35 @@ __device__ __forceinline__ unsigned char gear_zero<unsigned char>() {
   return 0;
 }
 
-template <typename V>
+// gear_gather_rows<N> is the block indices of a gather launched with them in
+// its parameters (gear_gather_rows_v*: N = GEAR_GATHER_PARAM_ROWS, and
+// gear_gather_rows256_v*: N = 256): a launch then needs no copy of them to the
+// device first. Kernel parameters hold 4 KiB in all; the host launches more
+// rows as several launches, and takes the smaller form where the rows fit it,
+// so that a small launch carries no more than it needs.
+#define GEAR_GATHER_PARAM_ROWS 960
+template <int N>
+struct gear_gather_rows {
+  gear_u32 idx[N];
+};
+
+// The two sources of a row's block index: an int64 array in device memory, or
+// the launch's parameters (read in place: the kernels take them as
+// __grid_constant__).
+struct gear_index_array {
+  const gear_i64* __restrict__ p;
+  __device__ __forceinline__ gear_u64 operator()(gear_u64 row) const { return (gear_u64)p[row]; }
+};
+template <int N>
+struct gear_index_param {
+  const gear_gather_rows<N>* p;
+  __device__ __forceinline__ gear_u64 operator()(gear_u64 row) const { return (gear_u64)p->idx[row]; }
+};
+
+template <typename V, typename Index>
 __device__ __forceinline__ void gear_gather(unsigned char* __restrict__ dst,
                                             const unsigned char* __restrict__ src,
-                                            const gear_i64* __restrict__ indices,
+                                            Index index,
                                             const gear_i64* __restrict__ offsets,
                                             gear_u64 n_rows, gear_u64 block_bytes,
                                             gear_u64 src_off, gear_u64 head_bytes,
@@ -51,7 +76,7 @@ __device__ __forceinline__ void gear_gather(unsigned char* __restrict__ dst,
   const gear_u64 first = (gear_u64)blockIdx.x * bdim * GEAR_GATHER_UNROLL + threadIdx.x;
   for (gear_u64 row = blockIdx.y; row < n_rows; row += gridDim.y) {
     const gear_u64 off = offsets ? (gear_u64)offsets[row] : src_off;
-    const V* s = (const V*)(src + (gear_u64)indices[row] * block_bytes + off);
+    const V* s = (const V*)(src + index(row) * block_bytes + off);
     V* d = (V*)(dst + row * row_bytes);
     for (gear_u64 base = first; base < row_units; base += step) {
       V v[GEAR_GATHER_UNROLL];
@@ -79,7 +104,14 @@ __device__ __forceinline__ void gear_gather(unsigned char* __restrict__ dst,
       const gear_i64 *offsets, gear_u64 n_rows, gear_u64 block_bytes,            \
       gear_u64 src_off, gear_u64 head_bytes, gear_u64 copy_bytes, gear_u64 row_bytes
 #define GEAR_GATHER_ARGS \
-  dst, src, indices, offsets, n_rows, block_bytes, src_off, head_bytes, copy_bytes, row_bytes
+  dst, src, gear_index_array{indices}, offsets, n_rows, block_bytes, src_off, head_bytes, copy_bytes, row_bytes
+#define GEAR_GATHER_ROWS_PARAMS(N)                                                   \
+  unsigned char *dst, const unsigned char *src, gear_u64 n_rows, gear_u64 block_bytes, \
+      gear_u64 src_off, gear_u64 head_bytes, gear_u64 copy_bytes, gear_u64 row_bytes,  \
+      const __grid_constant__ gear_gather_rows<N> rows
+#define GEAR_GATHER_ROWS_ARGS(N)                                                           \
+  dst, src, gear_index_param<N>{&rows}, (const gear_i64*)0, n_rows, block_bytes, src_off,   \
+      head_bytes, copy_bytes, row_bytes
 
 extern "C" __global__ void __launch_bounds__(256) gear_gather_v16(GEAR_GATHER_PARAMS) {
   gear_gather<uint4>(GEAR_GATHER_ARGS);
@@ -90,5 +122,16 @@ extern "C" __global__ void __launch_bounds__(256) gear_gather_v4(GEAR_GATHER_PAR
 extern "C" __global__ void __launch_bounds__(256) gear_gather_v1(GEAR_GATHER_PARAMS) {
   gear_gather<unsigned char>(GEAR_GATHER_ARGS);
 }
+
+#define GEAR_GATHER_ROWS_KERNEL(name, V, N)                                             \
+  extern "C" __global__ void __launch_bounds__(256) name(GEAR_GATHER_ROWS_PARAMS(N)) { \
+    gear_gather<V>(GEAR_GATHER_ROWS_ARGS(N));                                          \
+  }
+GEAR_GATHER_ROWS_KERNEL(gear_gather_rows_v16, uint4, GEAR_GATHER_PARAM_ROWS)
+GEAR_GATHER_ROWS_KERNEL(gear_gather_rows_v4, unsigned int, GEAR_GATHER_PARAM_ROWS)
+GEAR_GATHER_ROWS_KERNEL(gear_gather_rows_v1, unsigned char, GEAR_GATHER_PARAM_ROWS)
+GEAR_GATHER_ROWS_KERNEL(gear_gather_rows256_v16, uint4, 256)
+GEAR_GATHER_ROWS_KERNEL(gear_gather_rows256_v4, unsigned int, 256)
+GEAR_GATHER_ROWS_KERNEL(gear_gather_rows256_v1, unsigned char, 256)
 
 #endif
