@@ -400,9 +400,9 @@ func (g *Gatherer) Gather(ctx context.Context, s Stream, dst, table DevicePtr, i
 // requests than the kernel's 128-byte lines, and with both at work the bus
 // carries more. On an H100 (gearbench gpu, the kernel alone beside it in the
 // same runs): 1024 rows of 64 KiB 0.928 and 0.981 of the pinned copy against
-// 0.911 and 0.949, 256 rows of 128 KiB 0.936 and 0.930 against 0.918 and
-// 0.910, 256 rows of 64 KiB 0.903 against 0.900 (medians of six runs each).
-// g.mu held.
+// 0.911 and 0.949 in two runs, 256 rows of 128 KiB 0.936 and 0.930 against
+// 0.918 and 0.910, 256 rows of 64 KiB 0.903 against 0.900 (medians of six
+// runs). g.mu held.
 func (g *Gatherer) splitGather(s Stream, dst, table DevicePtr, indices []int64, spec GatherSpec, l layout) error {
 	if g.side == nil {
 		side, err := g.dev.newGatherSide()
