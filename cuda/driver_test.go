@@ -558,3 +558,69 @@ func TestFreeAfterCloseIsRefused(t *testing.T) {
 		t.Errorf("DestroyStream of a stream destroyed with its context: %v, want CUDA_ERROR_INVALID_HANDLE", err)
 	}
 }
+
+// TestFailReachesEveryCall checks that the fake's Fail makes the next call of
+// each driver function gear uses fail with the injected code, once, and only
+// that function's calls (EventSynchronize waits without cuEventQuery).
+func TestFailReachesEveryCall(t *testing.T) {
+	f := openFake(t, 0)
+	dev := f.dev
+	ctx := context.Background()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.DestroyStream(s)
+	ev, err := dev.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.DestroyEvent(ev)
+	if err := dev.Record(ev, s); err != nil {
+		t.Fatal(err)
+	}
+	buf, err := dev.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(buf)
+	host := make([]byte, 64)
+	calls := []struct {
+		fn   string
+		call func() error
+	}{
+		{"cuStreamWaitEvent", func() error { return dev.StreamWaitEvent(s, ev) }},
+		{"cuEventRecord", func() error { return dev.Record(ev, s) }},
+		{"cuMemsetD8Async", func() error { return dev.MemsetAsync(buf, 0, 64, s) }},
+		{"cuMemcpyDtoDAsync_v2", func() error { return dev.CopyDtoDAsync(buf, buf.Add(32), 32, s) }},
+		{"cuMemcpyHtoDAsync_v2", func() error { return dev.CopyHtoDAsync(buf, host, s) }},
+		{"cuStreamSynchronize", func() error { return dev.StreamSynchronize(ctx, s) }},
+		{"cuStreamQuery", func() error { _, err := dev.StreamDone(s); return err }},
+		{"cuEventQuery", func() error { _, err := dev.EventDone(ev); return err }},
+		{"cuEventSynchronize", func() error { return dev.EventSynchronize(ctx, ev) }},
+		{"cuEventElapsedTime_v2", func() error { _, err := dev.Elapsed(ev, ev); return err }},
+		{"cuStreamCreate", func() error {
+			s2, err := dev.NewStream()
+			if err == nil {
+				err = dev.DestroyStream(s2)
+			}
+			return err
+		}},
+		{"cuEventCreate", func() error {
+			e2, err := dev.NewEvent()
+			if err == nil {
+				err = dev.DestroyEvent(e2)
+			}
+			return err
+		}},
+	}
+	for _, c := range calls {
+		f.cu.Fail(c.fn, 2, 1) // CUDA_ERROR_OUT_OF_MEMORY
+		if err := c.call(); err == nil || !strings.Contains(err.Error(), "CUDA_ERROR_OUT_OF_MEMORY") {
+			t.Errorf("%s after Fail: %v, want CUDA_ERROR_OUT_OF_MEMORY", c.fn, err)
+		}
+		if err := c.call(); err != nil {
+			t.Errorf("%s a second time: %v, want the failure spent", c.fn, err)
+		}
+	}
+}

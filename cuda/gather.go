@@ -20,7 +20,7 @@ type GatherSpec struct {
 	Capacity   int // blocks in the table; every index must be below it
 	FrameBytes int // bytes of one frame; 0 means the block is one frame
 	Offset     int // first frame read, when no per-row offsets are given
-	Length     int // frames read; 0 means from Offset to the end of the block
+	Length     int // frames read; 0 means from Offset to the end of the block (per-row offsets need it given)
 	HeadPad    int // frames of zeros before the data
 	TailPad    int // frames of zeros after the data
 }
@@ -259,10 +259,12 @@ func (dev *Device) launchGatherHost(s Stream, dst, table DevicePtr, indices []in
 var gatherSmallRows = 256
 
 // Gatherer runs the gather kernel for host-side index lists: it validates them
-// and launches, all on the caller's stream. Indices alone go in the launches'
+// and launches on the caller's stream. Indices alone go in the launches'
 // parameters (LaunchGatherHost); with per-row offsets, or a table of more than
 // 2^32 blocks, they are staged in pinned memory and copied to the device first.
-// A Gatherer serves one call at a time.
+// Rows of 64 KiB and more it shares with the copy engines, on a stream of its
+// own that the caller's stream waits for (Gather). A Gatherer serves one call
+// at a time.
 type Gatherer struct {
 	dev *Device
 
@@ -317,6 +319,12 @@ func (dev *Device) NewGatherer() (*Gatherer, error) {
 // complete when s has passed it (StreamSynchronize). Only a call with offsets
 // may block: to wait, under ctx, for the previous such call's copy of its
 // indices.
+//
+// Two or more rows that read 64 KiB or more each, without padding or offsets,
+// on a driver with batched copies (CanCopyBatch), go half by the kernel on s
+// and half by one batch of copies on the Gatherer's own stream, which starts
+// after the work enqueued on s before the call and which s waits for before
+// the work enqueued after it; the kernel takes the first ceil(n/2) rows.
 func (g *Gatherer) Gather(ctx context.Context, s Stream, dst, table DevicePtr, indices []int64, offsets []int, spec GatherSpec) error {
 	l, err := spec.resolve(offsets != nil)
 	if err != nil {
@@ -530,7 +538,8 @@ func (g *Gatherer) free() error {
 	return err
 }
 
-// Close waits for the last kernel and frees the Gatherer's buffers.
+// Close waits for the last kernel and frees the Gatherer's buffers, stream and
+// events. A second Close does nothing; calls after Close fail with ErrClosed.
 func (g *Gatherer) Close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -409,6 +409,9 @@ func (st *ShardTable) CollectDevice(ctx context.Context, s cuda.Stream, dst []cu
 	if len(indices) == 0 {
 		return nil
 	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err)
+	}
 	fail := func(err error) error {
 		return g.abandon(ctx, s, fmt.Errorf("sample: table %q: collect on device: %w", st.t.name, err))
 	}

@@ -468,6 +468,17 @@ func TestCollectDeviceErrors(t *testing.T) {
 			t.Errorf("CollectDevice(%v, %v, %+v) = %v, want an error saying %q", c.idx, c.cols, c.w, err, c.want)
 		}
 	}
+	// A context that has ended fails the call before any work, as Collect's
+	// does.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	launches := f.cu.Launches()
+	if err := st.CollectDevice(done, s, dst, []int{ref.Index}, []string{"obs"}, Window{}); !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "sample: ") {
+		t.Errorf("CollectDevice under an ended context: %v, want context.Canceled", err)
+	}
+	if got := f.cu.Launches() - launches; got != 0 {
+		t.Errorf("CollectDevice under an ended context launched %d kernels", got)
+	}
 	if p := sh.Stats().Pinned; p != 0 {
 		t.Fatalf("failed collections left %d rows pinned", p)
 	}

@@ -274,7 +274,10 @@ func (f *FakeCUDA) Live(kind int) int { return int(f.live(int32(kind))) }
 // registered (cuMemHostRegister) with, or -1.
 func (f *FakeCUDA) HostFlags(p unsafe.Pointer) int { return int(f.hostFlags(p)) }
 
-// Fail makes the next times calls of the driver function fn return code.
+// Fail makes the next times calls of the driver function fn return code. Every
+// call of the fake takes it but cuInit (Options.InitError), cuDriverGetVersion
+// and the error-text calls; one failure is pending at a time, and a later Fail
+// replaces it.
 func (f *FakeCUDA) Fail(fn string, code, times int) { f.fail(fn+"\x00", int32(code), int32(times)) }
 
 // Hold keeps a stream busy while its holds are positive, as if a kernel were

@@ -726,9 +726,15 @@ const char* error_string(int code) {
 }  // namespace
 
 // ---------------------------------------------------------------------------
-// The driver API.
+// The driver API. Every call that can fail takes a failure that
+// fakecuda_fail injects; calls that share their work use the inner forms
+// below, so that a failure injected into one does not reach the other.
 
 extern "C" {
+
+CUresult host_alloc(void** p, size_t n, unsigned int flags);
+CUresult event_query(uintptr_t e);
+CUresult event_elapsed(float* ms, uintptr_t a, uintptr_t b);
 
 CUresult cuInit(unsigned int flags) {
   (void)flags;
@@ -751,23 +757,27 @@ CUresult cuGetErrorString(CUresult code, const char** s) {
 }
 
 CUresult cuDeviceGetCount(int* n) {
+  FAIL_POINT("cuDeviceGetCount");
   *n = device_count();
   return OK;
 }
 
 CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  FAIL_POINT("cuDeviceGet");
   if (ordinal < 0 || ordinal >= device_count()) return INVALID_DEVICE;
   *d = ordinal;
   return OK;
 }
 
 CUresult cuDeviceGetName(char* name, int len, CUdevice d) {
+  FAIL_POINT("cuDeviceGetName");
   if (d < 0 || d >= device_count()) return INVALID_DEVICE;
   snprintf(name, len, "Fake GPU %d (gear cudatest)", d);
   return OK;
 }
 
 CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice d) {
+  FAIL_POINT("cuDeviceGetAttribute");
   if (d < 0 || d >= device_count()) return INVALID_DEVICE;
   switch (attr) {
     case 1: *v = 1024; break;        // max threads per block
@@ -788,6 +798,7 @@ CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice d) {
 }
 
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice d) {
+  FAIL_POINT("cuDeviceTotalMem_v2");
   if (d < 0 || d >= device_count()) return INVALID_DEVICE;
   *bytes = (size_t)80 << 30;
   return OK;
@@ -803,6 +814,7 @@ CUresult cuDevicePrimaryCtxRetain(uintptr_t* ctx, CUdevice d) {
 }
 
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+  FAIL_POINT("cuDevicePrimaryCtxRelease_v2");
   if (d < 0 || d >= device_count()) return INVALID_DEVICE;
   std::lock_guard<std::recursive_mutex> l(g_mu);
   if (g_ctx[d].refs <= 0) return INVALID_CONTEXT;
@@ -811,11 +823,13 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
 }
 
 CUresult cuCtxSetCurrent(uintptr_t ctx) {
+  FAIL_POINT("cuCtxSetCurrent");
   t_current = ctx;
   return OK;
 }
 
 CUresult cuCtxSynchronize(void) {
+  FAIL_POINT("cuCtxSynchronize");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   land_legacy();
@@ -844,6 +858,7 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
 }
 
 CUresult cuMemFree_v2(CUdeviceptr p) {
+  FAIL_POINT("cuMemFree_v2");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_dev.find(p);
@@ -856,6 +871,10 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 
 CUresult cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   FAIL_POINT("cuMemHostAlloc");
+  return host_alloc(p, n, flags);
+}
+
+CUresult host_alloc(void** p, size_t n, unsigned int flags) {
   NEED_CONTEXT();
   if (n == 0) return INVALID_VALUE;
   if (n > kMaxAlloc) return OUT_OF_MEMORY;
@@ -867,9 +886,13 @@ CUresult cuMemHostAlloc(void** p, size_t n, unsigned int flags) {
   return OK;
 }
 
-CUresult cuMemAllocHost_v2(void** p, size_t n) { return cuMemHostAlloc(p, n, 0); }
+CUresult cuMemAllocHost_v2(void** p, size_t n) {
+  FAIL_POINT("cuMemAllocHost_v2");
+  return host_alloc(p, n, 0);
+}
 
 CUresult cuMemFreeHost(void* p) {
+  FAIL_POINT("cuMemFreeHost");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_host.find((uintptr_t)p);
@@ -893,6 +916,7 @@ CUresult cuMemHostRegister_v2(void* p, size_t n, unsigned int flags) {
 }
 
 CUresult cuMemHostUnregister(void* p) {
+  FAIL_POINT("cuMemHostUnregister");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_reg.find((uintptr_t)p);
@@ -902,6 +926,7 @@ CUresult cuMemHostUnregister(void* p) {
 }
 
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* d, void* p, unsigned int flags) {
+  FAIL_POINT("cuMemHostGetDevicePointer_v2");
   NEED_CONTEXT();
   if (flags != 0) return INVALID_VALUE;
   std::lock_guard<std::recursive_mutex> l(g_mu);
@@ -966,6 +991,7 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, uintptr_t s)
 }
 
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) {
+  FAIL_POINT("cuMemcpyDtoDAsync_v2");
   {
     std::lock_guard<std::recursive_mutex> l(g_mu);
     if (!stream_of(s)) return INVALID_HANDLE;
@@ -1020,6 +1046,7 @@ CUresult cuMemcpyBatchAsync(const uintptr_t* dsts, const uintptr_t* srcs, const 
 }
 
 CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, uintptr_t s) {
+  FAIL_POINT("cuMemsetD8Async");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   if (!stream_of(s)) return INVALID_HANDLE;
@@ -1047,6 +1074,7 @@ CUresult cuModuleLoadData(uintptr_t* mod, const void* image) {
 }
 
 CUresult cuModuleUnload(uintptr_t mod) {
+  FAIL_POINT("cuModuleUnload");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_modules.find(mod);
@@ -1065,6 +1093,7 @@ CUresult cuModuleUnload(uintptr_t mod) {
 }
 
 CUresult cuModuleGetFunction(uintptr_t* f, uintptr_t mod, const char* name) {
+  FAIL_POINT("cuModuleGetFunction");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_modules.find(mod);
@@ -1124,6 +1153,7 @@ CUresult cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz, unsi
 }
 
 CUresult cuStreamCreate(uintptr_t* s, unsigned int flags) {
+  FAIL_POINT("cuStreamCreate");
   (void)flags;
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
@@ -1134,6 +1164,7 @@ CUresult cuStreamCreate(uintptr_t* s, unsigned int flags) {
 }
 
 CUresult cuStreamDestroy_v2(uintptr_t s) {
+  FAIL_POINT("cuStreamDestroy_v2");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_streams.find(s);
@@ -1144,6 +1175,7 @@ CUresult cuStreamDestroy_v2(uintptr_t s) {
 }
 
 CUresult cuStreamQuery(uintptr_t s) {
+  FAIL_POINT("cuStreamQuery");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   Stream* st = stream_of(s);
@@ -1153,6 +1185,7 @@ CUresult cuStreamQuery(uintptr_t s) {
 }
 
 CUresult cuStreamSynchronize(uintptr_t s) {
+  FAIL_POINT("cuStreamSynchronize");
   NEED_CONTEXT();
   for (int i = 0; i < 300000; i++) {
     {
@@ -1168,6 +1201,7 @@ CUresult cuStreamSynchronize(uintptr_t s) {
 }
 
 CUresult cuEventCreate(uintptr_t* e, unsigned int flags) {
+  FAIL_POINT("cuEventCreate");
   (void)flags;
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
@@ -1178,6 +1212,7 @@ CUresult cuEventCreate(uintptr_t* e, unsigned int flags) {
 }
 
 CUresult cuEventDestroy_v2(uintptr_t e) {
+  FAIL_POINT("cuEventDestroy_v2");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_events.find(e);
@@ -1188,6 +1223,7 @@ CUresult cuEventDestroy_v2(uintptr_t e) {
 }
 
 CUresult cuEventRecord(uintptr_t e, uintptr_t s) {
+  FAIL_POINT("cuEventRecord");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_events.find(e);
@@ -1203,6 +1239,7 @@ CUresult cuEventRecord(uintptr_t e, uintptr_t s) {
 // nothing left to wait for; it checks what the driver checks (the handles, the
 // flags).
 CUresult cuStreamWaitEvent(uintptr_t s, uintptr_t e, unsigned int flags) {
+  FAIL_POINT("cuStreamWaitEvent");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   if (flags > 1) return INVALID_VALUE;
@@ -1211,7 +1248,7 @@ CUresult cuStreamWaitEvent(uintptr_t s, uintptr_t e, unsigned int flags) {
   return OK;
 }
 
-CUresult cuEventQuery(uintptr_t e) {
+CUresult event_query(uintptr_t e) {
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_events.find(e);
@@ -1220,9 +1257,15 @@ CUresult cuEventQuery(uintptr_t e) {
   return st != nullptr && st->holds > 0 ? NOT_READY : OK;
 }
 
+CUresult cuEventQuery(uintptr_t e) {
+  FAIL_POINT("cuEventQuery");
+  return event_query(e);
+}
+
 CUresult cuEventSynchronize(uintptr_t e) {
+  FAIL_POINT("cuEventSynchronize");
   for (int i = 0; i < 300000; i++) {
-    CUresult r = cuEventQuery(e);
+    CUresult r = event_query(e);
     if (r != NOT_READY) return r;
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
@@ -1230,6 +1273,11 @@ CUresult cuEventSynchronize(uintptr_t e) {
 }
 
 CUresult cuEventElapsedTime_v2(float* ms, uintptr_t a, uintptr_t b) {
+  FAIL_POINT("cuEventElapsedTime_v2");
+  return event_elapsed(ms, a, b);
+}
+
+CUresult event_elapsed(float* ms, uintptr_t a, uintptr_t b) {
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto ia = g_events.find(a), ib = g_events.find(b);
@@ -1240,7 +1288,8 @@ CUresult cuEventElapsedTime_v2(float* ms, uintptr_t a, uintptr_t b) {
 }
 
 CUresult cuEventElapsedTime(float* ms, uintptr_t a, uintptr_t b) {
-  return cuEventElapsedTime_v2(ms, a, b);
+  FAIL_POINT("cuEventElapsedTime");
+  return event_elapsed(ms, a, b);
 }
 
 // CUDA IPC. A handle (64 bytes) names the exporting process, the memfd behind
@@ -1260,6 +1309,7 @@ struct IpcHandle {
 static_assert(sizeof(IpcHandle) == 64, "CUipcMemHandle is 64 bytes");
 
 CUresult cuIpcGetMemHandle(IpcHandle* h, CUdeviceptr p) {
+  FAIL_POINT("cuIpcGetMemHandle");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_dev.find(p);
@@ -1276,6 +1326,7 @@ CUresult cuIpcGetMemHandle(IpcHandle* h, CUdeviceptr p) {
 }
 
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle h, unsigned int flags) {
+  FAIL_POINT("cuIpcOpenMemHandle_v2");
   NEED_CONTEXT();
   if (flags != 1) return INVALID_VALUE;
   if (memcmp(h.magic, "GEARIPC", 8) != 0) return INVALID_VALUE;
@@ -1310,6 +1361,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle h, unsigned int flags) 
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  FAIL_POINT("cuIpcCloseMemHandle");
   NEED_CONTEXT();
   std::lock_guard<std::recursive_mutex> l(g_mu);
   auto it = g_ipc.find(p);
