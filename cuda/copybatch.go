@@ -127,7 +127,11 @@ func (b *CopyBatch) AddGather(dst, table DevicePtr, indices []int64, offsets []i
 	if err != nil {
 		return err
 	}
-	return b.addGather(dst, table, indices, offsets, spec, l)
+	if err := l.check(spec, indices, offsets); err != nil {
+		return err
+	}
+	b.addGather(dst, table, indices, offsets, l)
+	return nil
 }
 
 // AddGatherZeroed is AddGather for a gather whose rows spec pads: it first
@@ -151,14 +155,12 @@ func (dev *Device) addGatherZeroed(s Stream, b *CopyBatch, dst, table DevicePtr,
 			return err
 		}
 	}
-	return b.addGather(dst, table, indices, offsets, spec, l)
+	b.addGather(dst, table, indices, offsets, l)
+	return nil
 }
 
-// addGather is AddGather with spec resolved to l.
-func (b *CopyBatch) addGather(dst, table DevicePtr, indices []int64, offsets []int, spec GatherSpec, l layout) error {
-	if err := l.check(spec, indices, offsets); err != nil {
-		return err
-	}
+// addGather is AddGather with spec resolved to l and the indices checked.
+func (b *CopyBatch) addGather(dst, table DevicePtr, indices []int64, offsets []int, l layout) {
 	for r, ix := range indices {
 		off := l.off
 		if offsets != nil {
@@ -166,5 +168,4 @@ func (b *CopyBatch) addGather(dst, table DevicePtr, indices []int64, offsets []i
 		}
 		b.Add(dst.Add(int(int64(r)*l.row+l.head)), table.Add(int(ix*l.block+off)), int(l.copy))
 	}
-	return nil
 }

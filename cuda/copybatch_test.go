@@ -47,11 +47,7 @@ func TestCopyBatchRefusals(t *testing.T) {
 	f := openFake(t, 0)
 	dev := f.dev
 	ctx := context.Background()
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.DestroyStream(s)
+	s := f.stream(t)
 	src, sdev := mapTable(t, dev, 4096, 7)
 	dst := cudatest.ToDevice(t, dev, make([]byte, 4096))
 	check := func(want []byte) {
@@ -78,7 +74,7 @@ func TestCopyBatchRefusals(t *testing.T) {
 	// Pageable memory the driver does not know, as the third copy's source.
 	pageable := make([]byte, 512)
 	b.Add(dst.Add(1024), cuda.DevicePtr(uintptr(unsafe.Pointer(&pageable[0]))), 512)
-	err = dev.CopyBatchAsync(s, b)
+	err := dev.CopyBatchAsync(s, b)
 	if err == nil || !strings.Contains(err.Error(), "copy 2 of 3: 512 bytes") {
 		t.Fatalf("unknown source: %v", err)
 	}

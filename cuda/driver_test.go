@@ -277,11 +277,7 @@ func TestMemoryAndCopies(t *testing.T) {
 
 func TestStreamWaitHonoursContext(t *testing.T) {
 	f := openFake(t, 0)
-	s, err := f.dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.dev.DestroyStream(s)
+	s := f.stream(t)
 	f.cu.Hold(uintptr(s), 1)
 	if done, err := f.dev.StreamDone(s); done || err != nil {
 		t.Fatalf("StreamDone on a busy stream = %v, %v", done, err)
@@ -566,11 +562,7 @@ func TestFailReachesEveryCall(t *testing.T) {
 	f := openFake(t, 0)
 	dev := f.dev
 	ctx := context.Background()
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dev.DestroyStream(s)
+	s := f.stream(t)
 	ev, err := dev.NewEvent()
 	if err != nil {
 		t.Fatal(err)

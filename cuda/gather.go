@@ -223,7 +223,11 @@ func (dev *Device) launchGatherHost(s Stream, dst, table DevicePtr, indices []in
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 4*GatherParamRows)
+	size := 4 * GatherParamRows
+	if len(indices) <= gatherSmallRows {
+		size = 4 * 256 // one launch, of the 1 KiB form
+	}
+	buf := make([]byte, size)
 	for start := 0; start < len(indices); start += GatherParamRows {
 		part := indices[start:min(start+GatherParamRows, len(indices))]
 		// The 256-row form where the rows fit: a small launch carries
@@ -343,7 +347,7 @@ func (g *Gatherer) Gather(ctx context.Context, s Stream, dst, table DevicePtr, i
 	}
 	if offsets == nil && spec.Capacity <= 1<<32 {
 		if l.copy >= splitMinCopy && l.copy == l.row && len(indices) >= 2 && g.dev.CanCopyBatch() {
-			return g.splitGather(s, dst, table, indices, spec, l)
+			return g.splitGather(s, dst, table, indices, l)
 		}
 		return g.dev.launchGatherHost(s, dst, table, indices, l)
 	}
@@ -411,7 +415,7 @@ func (g *Gatherer) Gather(ctx context.Context, s Stream, dst, table DevicePtr, i
 // 0.911 and 0.949 in two runs, 256 rows of 128 KiB 0.936 and 0.930 against
 // 0.918 and 0.910, 256 rows of 64 KiB 0.903 against 0.900 (medians of six
 // runs). g.mu held.
-func (g *Gatherer) splitGather(s Stream, dst, table DevicePtr, indices []int64, spec GatherSpec, l layout) error {
+func (g *Gatherer) splitGather(s Stream, dst, table DevicePtr, indices []int64, l layout) error {
 	if g.side == nil {
 		side, err := g.dev.newGatherSide()
 		if err != nil {
@@ -422,9 +426,7 @@ func (g *Gatherer) splitGather(s Stream, dst, table DevicePtr, indices []int64, 
 	sd := g.side
 	k := (len(indices) + 1) / 2 // the kernel's rows
 	sd.batch.Reset()
-	if err := sd.batch.addGather(dst.Add(int(int64(k)*l.row)), table, indices[k:], nil, spec, l); err != nil {
-		return err
-	}
+	sd.batch.addGather(dst.Add(int(int64(k)*l.row)), table, indices[k:], nil, l)
 	// The kernel is launched first: the batch's call takes the host about a
 	// microsecond a copy, which the kernel would otherwise wait out (a split
 	// gather that enqueued the batch first went at 0.70 of the pinned copy).

@@ -17,7 +17,7 @@ import (
 // BenchmarkGatherWays times the ways a batch of random 64 KiB blocks of a
 // registered host table can reach device memory, each against the pinned
 // copy of the same bytes timed beside it in every iteration (of_pinned, the
-// ratio of their event-timed sums; dev-us/op is the way's own time):
+// ratio of their event-timed medians; dev-us/op is the way's own median):
 //
 //   - kernel: the gather kernel with its indices already on the device;
 //   - kernel/params: the kernel with its indices in the launch's parameters
@@ -47,7 +47,6 @@ func BenchmarkGatherWays(b *testing.B) {
 // destination, the same bytes in pinned memory, four streams and their events.
 type gatherBench struct {
 	dev      *cuda.Device
-	table    []byte
 	tdev     cuda.DevicePtr
 	idx      []int64
 	idxDev   cuda.DevicePtr
@@ -73,7 +72,6 @@ func newGatherBench(b *testing.B, dev *cuda.Device, rows, blockBytes int) *gathe
 	for i := range table {
 		table[i] = byte(r.Uint32())
 	}
-	g.table = table
 	if g.tdev, err = dev.RegisterHost(table); err != nil {
 		b.Fatal(err)
 	}

@@ -214,11 +214,7 @@ func TestGatherIndicesInParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	s, err := f.dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.dev.DestroyStream(s)
+	s := f.stream(t)
 	le := binary.LittleEndian
 	for _, c := range []struct{ rows, launches int }{{256, 1}, {257, 1}, {cuda.GatherParamRows, 1}, {2000, 3}} {
 		idx := make([]int64, c.rows)
@@ -287,11 +283,7 @@ func TestGatherSplitsLargeRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := f.dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.dev.DestroyStream(s)
+	s := f.stream(t)
 	streams := f.cu.Live(cudatest.LiveStreams)
 	// gather runs one Gather into fresh memory, checks the rows against
 	// GatherCPU's and returns the rows the last launch's kernel gathered.

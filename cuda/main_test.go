@@ -42,6 +42,22 @@ func openFake(t *testing.T, ordinal int) *fake {
 	return &fake{libs: libs, drv: drv, dev: dev, cu: cudatest.OpenFakeCUDA(t, libs.CUDA)}
 }
 
+// stream creates a stream on f's device, destroyed when the test ends (before
+// the device is closed).
+func (f *fake) stream(t *testing.T) cuda.Stream {
+	t.Helper()
+	s, err := f.dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := f.dev.DestroyStream(s); err != nil {
+			t.Errorf("DestroyStream: %v", err)
+		}
+	})
+	return s
+}
+
 // onDevices runs fn on the fake device and on the real GPU (skipped without a
 // driver): one suite for both. gpu tells fn which one it has, for sizes the
 // fake would take too long to emulate.

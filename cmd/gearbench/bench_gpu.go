@@ -239,53 +239,41 @@ func benchGather(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, 
 	if err := emitGather("gather", gatherSecs); err != nil {
 		return 0, err
 	}
+	// way times another way of the same gather into a cleared dst, checks its
+	// rows against the twin's and prints its line.
+	way := func(op string, gather func() error) error {
+		if err := dev.MemsetAsync(dst, 0, total, s); err != nil {
+			return err
+		}
+		secs, err := timeEvents(ctx, dev, s, c.reps, gather)
+		if err != nil {
+			return err
+		}
+		if err := dev.CopyDtoH(got, dst); err != nil {
+			return err
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("%s: the GPU's rows differ from the CPU twin's", op)
+		}
+		return emitGather(op, secs)
+	}
 	// The kernel alone (Gather shares rows of 64 KiB and more with the copy
 	// engines where the driver has batched copies).
-	if err := dev.MemsetAsync(dst, 0, total, s); err != nil {
-		return 0, err
-	}
-	kernelSecs, err := timeEvents(ctx, dev, s, c.reps, func() error {
-		return dev.LaunchGatherHost(s, dst, tdev, idx, spec)
-	})
-	if err != nil {
-		return 0, err
-	}
-	if err := dev.CopyDtoH(got, dst); err != nil {
-		return 0, err
-	}
-	if !slices.Equal(got, want) {
-		return 0, fmt.Errorf("gather kernel: the GPU's rows differ from the CPU twin's")
-	}
-	if err := emitGather("gather_kernel", kernelSecs); err != nil {
+	if err := way("gather_kernel", func() error { return dev.LaunchGatherHost(s, dst, tdev, idx, spec) }); err != nil {
 		return 0, err
 	}
 	if !dev.CanCopyBatch() {
 		return copySecs, nil
 	}
 	// The same gather through the copy engines: one batched copy.
-	if err := dev.MemsetAsync(dst, 0, total, s); err != nil {
-		return 0, err
-	}
-	copiesSecs, err := timeEvents(ctx, dev, s, c.reps, func() error {
-		return g.GatherCopies(s, dst, tdev, idx, nil, spec)
-	})
-	if err != nil {
-		return 0, err
-	}
-	if err := dev.CopyDtoH(got, dst); err != nil {
-		return 0, err
-	}
-	if !slices.Equal(got, want) {
-		return 0, fmt.Errorf("gather by copies: the GPU's rows differ from the CPU twin's")
-	}
-	return copySecs, emitGather("gather_copies", copiesSecs)
+	return copySecs, way("gather_copies", func() error { return g.GatherCopies(s, dst, tdev, idx, nil, spec) })
 }
 
 // benchCollectDevice times the product path of the same collection: a store
 // shard of --capacity rows of one --block-bytes column, a sample.ShardTable over
 // it registered with the device, and ShardTable.CollectDevice of --blocks random
-// rows into device memory (pinning the rows, uploading their indices, the gather
-// kernel, waiting for it), then the same with sample.GatherByCopies (the copy
+// rows into device memory (pinning the rows, the gather kernel with the indices
+// in its parameters, waiting for it), then the same with sample.GatherByCopies (the copy
 // engines instead of the kernel) where the driver has batched copies. seconds
 // is event-timed, as the gather's is; wall_seconds includes the host's part.
 func benchCollectDevice(ctx context.Context, e emitter, c gpuConfig, dev *cuda.Device, s cuda.Stream, copySecs float64) error {
