@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unsafe"
+
+	"github.com/gear-rl/gear/internal/prefetch"
 )
 
 // Pending is a row allocated for writing: its blocks belong to the allocating
@@ -40,6 +43,7 @@ func (s *Shard) Allocate(ctx context.Context) (Pending, error) {
 	if s.closed.Load() || s.state.Load() != stateReady {
 		return Pending{}, ErrClosed
 	}
+	s.log.prefetch()
 	s.chunkMu.Lock()
 	p, ok := s.takeChunk()
 	s.chunkMu.Unlock()
@@ -63,10 +67,35 @@ func (s *Shard) takeChunk() (Pending, bool) {
 		}
 		w := writingWord(genOf(x)+1, s.slot)
 		if r.state.CompareAndSwap(x, w) {
+			if s.chunkHead < len(s.chunk) {
+				s.prefetchBlocks(s.chunk[s.chunkHead])
+			}
 			return Pending{s: s, idx: i, word: w}, true
 		}
 	}
 	return Pending{}, false
+}
+
+// prefetchLines bounds the cache lines prefetchBlocks asks for, over all
+// columns: rows larger than this stream through the hardware's own
+// prefetch, which a flood of requests would only crowd out.
+const prefetchLines = 32
+
+// prefetchBlocks asks for the cache lines of row i's blocks, for writing,
+// without waiting: the rows of a full shard were last written a shard's
+// length of inserts ago, and their lines have left the cache. Done one insert
+// ahead, the lines arrive while the caller does other work, and the commit's
+// compare-and-swap, a barrier, does not wait for the row's stores to find
+// their lines.
+func (s *Shard) prefetchBlocks(i uint32) {
+	lines := 0
+	for c := range s.tables {
+		cl := &s.l.cols[c]
+		p := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.tables[c])), int(i)*cl.stride)
+		for off := 0; off < cl.blockBytes && lines < prefetchLines; off, lines = off+64, lines+1 {
+			prefetch.Write(unsafe.Add(p, off))
+		}
+	}
 }
 
 // reserve moves row i from free to reserved for this handle, if it is free and
@@ -88,6 +117,15 @@ func (s *Shard) refill() {
 		s.popped = s.free.popN(s.popped[:0], s.chunkRows-len(s.chunk))
 		if len(s.popped) == 0 {
 			break
+		}
+		// The rows' status lines were last written by the table that freed
+		// them, in another process: ask for all of them before the first
+		// compare-and-swap, so that they move together rather than one
+		// compare-and-swap's wait after another.
+		for _, i := range s.popped {
+			if i < s.cap {
+				prefetch.Write(unsafe.Pointer(s.row(i)))
+			}
 		}
 		for _, i := range s.popped {
 			if i < s.cap && s.reserve(i) {

@@ -3,6 +3,8 @@ package store
 import (
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gear-rl/gear/internal/prefetch"
 )
 
 // freeQueue is the block allocator's free queue: a bounded multi-producer,
@@ -166,6 +168,7 @@ func (q *freeQueue) reset() {
 // A cell is tag<<32 | row, where tag is the lap plus one (0: never written).
 type commitLog struct {
 	tail  *atomic.Uint64
+	hint  *atomic.Uint64 // this process's: the position after its last append
 	cells unsafe.Pointer
 	mask  uint64
 	shift uint
@@ -176,7 +179,7 @@ func newCommitLog(tail *atomic.Uint64, cells unsafe.Pointer, n int) commitLog {
 	for 1<<shift < n {
 		shift++
 	}
-	return commitLog{tail: tail, cells: cells, mask: uint64(n - 1), shift: shift}
+	return commitLog{tail: tail, hint: new(atomic.Uint64), cells: cells, mask: uint64(n - 1), shift: shift}
 }
 
 func (g *commitLog) cell(p uint64) *atomic.Uint64 {
@@ -196,7 +199,10 @@ const logLine = 8
 // append publishes row and returns its sequence: the first cell of this lap
 // not yet written, from the tail on.
 func (g *commitLog) append(row uint32) uint64 {
-	t := g.tail.Load()
+	t := g.hint.Load()
+	if t == 0 {
+		t = g.tail.Load()
+	}
 	for skipped := 0; ; {
 		c := g.cell(t)
 		tag := g.tag(t)
@@ -206,7 +212,11 @@ func (g *commitLog) append(row uint32) uint64 {
 		case xt == tag:
 			t++ // written: look at the next one
 			if skipped++; skipped%logLine == 0 {
-				g.advance(t) // a tail far behind (a committer died): move it
+				if tl := g.tail.Load(); tl > t {
+					t = tl // the hint is far behind: others appended since
+				} else {
+					g.advance(t) // a tail far behind (a committer died): move it
+				}
 			}
 		case x != 0 && int32(xt-tag) > 0:
 			t = g.tail.Load() // the cell is from a later lap: t is stale
@@ -215,9 +225,20 @@ func (g *commitLog) append(row uint32) uint64 {
 				if (t+1)%logLine == 0 {
 					g.advance(t + 1)
 				}
+				g.hint.Store(t + 1)
 				return t
 			}
 		}
+	}
+}
+
+// prefetch asks for the cache line of the cell this process's next append
+// will likely write, for writing, without waiting: called well before the
+// append, it overlaps the line's move from the writer that appended last
+// with the caller's own work.
+func (g *commitLog) prefetch() {
+	if t := g.hint.Load(); t != 0 {
+		prefetch.Write(unsafe.Pointer(g.cell(t)))
 	}
 }
 

@@ -1,0 +1,10 @@
+//go:build amd64 || arm64
+
+package prefetch
+
+import "unsafe"
+
+// Write asks for p's cache line, to be written.
+//
+//go:noescape
+func Write(p unsafe.Pointer)
