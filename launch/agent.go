@@ -35,7 +35,9 @@ import (
 //     output (AgentJob.TagOutput), whole lines, a line longer than maxLine in
 //     pieces that no other rank's lines come between (within DefaultLineHold)
 //     and the last bytes without a newline as they are; else the bytes as
-//     they come. An empty output frame ends the stream.
+//     they come. An empty output frame ends the stream (for a launcher that
+//     tags output, at the start of a line: never inside another rank's
+//     open line).
 const agentVersion = 2
 
 // agentHello is the agent's first line, before its frames: what a login
@@ -132,6 +134,19 @@ func (s frameStream) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// endStream sends the end of rank r's stream, whose pump has run dry. For
+// a launcher that tags output it goes at the start of a line, as the rank's
+// lines do, after any other rank's open line: the launcher ends the stream
+// with the last bytes it holds, a line of its own, which must not land in
+// another rank's open line (the launcher could only cut that line).
+func endStream(out *frameWriter, kind byte, r int, pump *linePump, tagged bool) {
+	if tagged {
+		pump.sink.lock(nil)
+		defer pump.sink.mu.Unlock()
+	}
+	out.send(kind, r, nil)
 }
 
 // readFrame reads one frame.
@@ -488,7 +503,7 @@ func (a *agent) spawn(r int, dir string, stdin *os.File, base []string) (*os.Pro
 		go func() {
 			defer a.pumps.Done()
 			pump.run(rd)
-			a.out.send(kind, r, nil) // the stream's end
+			endStream(a.out, kind, r, pump, a.job.TagOutput)
 		}()
 		return w, nil
 	}

@@ -531,6 +531,11 @@ func (hj *hostJob) read(h *hostConn, r *bufio.Reader) error {
 	mine := make(map[int]bool, len(h.ranks))
 	for _, x := range h.ranks {
 		mine[x] = true
+		// This goroutine alone feeds the host's ranks' pumps, in the
+		// order the agent sent: a rank's output that arrives while another
+		// of them holds a line open cannot wait for the rest of that line,
+		// which comes after it.
+		hj.sinks[x][0].feeder, hj.sinks[x][1].feeder = h, h
 	}
 	// An agent that ended without ending a stream leaves its last line held
 	// or open: end it.

@@ -77,6 +77,13 @@ func (s *lineSink) lock(p *linePump) {
 	t := time.NewTimer(hold)
 	defer t.Stop()
 	for s.open != nil && s.open != p {
+		if p != nil && p.feeder != nil && s.open.feeder == p.feeder {
+			// The open line's pump is fed by this goroutine too, from the
+			// same stream: its line cannot go on before this write, and
+			// waiting would only wait out the hold.
+			s.cut()
+			return
+		}
 		ended := s.ended
 		s.mu.Unlock()
 		select {
@@ -85,13 +92,19 @@ func (s *lineSink) lock(p *linePump) {
 		case <-t.C:
 			s.mu.Lock()
 			if o := s.open; o != nil && o != p {
-				if len(o.prefix) > 0 {
-					s.put(o.dest(), []byte{'\n'})
-				}
-				s.release()
+				s.cut()
 			}
 		}
 	}
+}
+
+// cut ends the open line where it stands, with a newline where its pump
+// tags its lines; s.mu is held.
+func (s *lineSink) cut() {
+	if len(s.open.prefix) > 0 {
+		s.put(s.open.dest(), []byte{'\n'})
+	}
+	s.release()
 }
 
 // holds reports whether the sink is at pump p's open line.
@@ -134,6 +147,11 @@ type linePump struct {
 	// open: the pump has written part of a line and not its end, and holds
 	// the sink at it (unless the sink cut it since).
 	open bool
+	// feeder, when set, names the one goroutine that feeds this pump and
+	// others with the same feeder, in the order of one stream (RunOnHosts:
+	// a host's frames). Such pumps never wait for one another's open line
+	// (see lineSink.lock): the stream's sender already ordered their lines.
+	feeder any
 }
 
 // newLinePump returns a pump to sink. With a prefix it writes whole lines,

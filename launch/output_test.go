@@ -3,6 +3,7 @@ package launch
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"slices"
@@ -139,6 +140,78 @@ func TestLinePumpOpenLineHoldIsBounded(t *testing.T) {
 	<-done
 	if want := "[0] " + long + "\n[1] other\ngearrun: note\n[0] tail\n"; out.b.String() != want {
 		t.Fatalf("output %q...%q, want the open line cut before the others", out.b.String()[:10], out.b.String()[maxLine:])
+	}
+}
+
+// Pumps fed by one goroutine from one stream (a host's frames) do not wait
+// for one another's open line: the rest of that line comes after what is
+// being fed, so waiting would only wait out the hold (an hour here; the
+// launcher's hosts hung for the job's minute so, when a rank's end came
+// while another rank's long line was open). The open line is cut at once.
+func TestLinePumpSameFeederDoesNotWait(t *testing.T) {
+	var out bytes.Buffer
+	sink := &lineSink{w: &out, hold: time.Hour}
+	host := new(int)
+	p0, p1 := newLinePump("[0] ", sink), newLinePump("[1] ", sink)
+	p0.feeder, p1.feeder = host, host
+	long := strings.Repeat("z", maxLine)
+	fed := make(chan struct{})
+	go func() {
+		defer close(fed)
+		p0.feed([]byte(long))
+		p0.feed([]byte("zz")) // past maxLine: the line is out and open
+		p1.feed([]byte("last 1"))
+		p1.end() // a line: it cannot wait for p0's rest, fed below
+		p0.feed([]byte("rest\n"))
+		p0.end()
+	}()
+	select {
+	case <-fed:
+	case <-time.After(time.Minute):
+		t.Fatal("a pump waited for the open line of a pump with the same feeder")
+	}
+	if want := "[0] " + long + "zz\n[1] last 1\n[0] rest\n"; out.String() != want {
+		t.Fatalf("output %q...%q, want the open line cut before [1]'s", out.String()[:10], out.String()[maxLine:])
+	}
+	// Pumps of different feeders still wait (TestLinePumpOverlongLineHoldsOtherPumps).
+}
+
+// An agent sends a rank's stream end at the start of a line: after another
+// rank's open line has ended, never inside it, where the launcher could only
+// cut that line to end the stream with its held last bytes.
+func TestAgentEndsStreamsBetweenLines(t *testing.T) {
+	var buf bytes.Buffer
+	out := newFrameWriter(&buf)
+	sink := &lineSink{hold: time.Hour}
+	p0 := newWholeLinePump(frameStream{out, frameStdout, 0}, sink)
+	p1 := newWholeLinePump(frameStream{out, frameStdout, 1}, sink)
+	p0.feed([]byte("last 0")) // held: no newline
+	p0.end()                  // out: the stream has run dry
+	p1.feed([]byte(strings.Repeat("z", maxLine)))
+	p1.feed([]byte("zz")) // rank 1's line is out and open
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		endStream(out, frameStdout, 0, p0, true)
+	}()
+	time.Sleep(20 * time.Millisecond) // give a wrong order its chance
+	p1.feed([]byte("rest\n"))
+	<-ended
+	var order []string
+	r := bytes.NewReader(buf.Bytes())
+	for {
+		kind, rnk, data, err := readFrame(r, nil)
+		if err != nil {
+			break
+		}
+		if kind != frameStdout {
+			t.Fatalf("frame of kind %q", kind)
+		}
+		order = append(order, fmt.Sprintf("%d:%q", rnk, data[max(0, len(data)-6):]))
+	}
+	want := []string{`0:"last 0"`, `1:"zzzzzz"`, `1:"zz"`, `1:"rest\n"`, `0:""`}
+	if !slices.Equal(order, want) {
+		t.Fatalf("frames (rank: last bytes) %v, want %v", order, want)
 	}
 }
 
