@@ -16,7 +16,8 @@ import (
 // gear_line_latency starts timing rounds hand-overs of one cache line between
 // the first two CPUs this process may run on (internal/cpuline: what gear's
 // writer processes meet on); the operation's result is the mean hand-over in
-// picoseconds. A process that may run on one CPU gets GEAR_INVALID.
+// picoseconds. A process that may run on one CPU, or whose Go code runs on
+// one thread at a time (GOMAXPROCS=1), gets GEAR_INVALID.
 //
 //export gear_line_latency
 func gear_line_latency(rounds C.int64_t, opOut *C.uint64_t) (st C.int32_t) {

@@ -35,8 +35,9 @@ func (r Result) NsPerLine() float64 {
 	return float64(r.Took) / float64(time.Nanosecond) / float64(r.Rounds)
 }
 
-// ErrOneCPU is returned where this process may run on fewer than two CPUs.
-var ErrOneCPU = errors.New("cpuline: this process may run on one CPU only: no line to pass")
+// ErrOneCPU is returned where this process may run on fewer than two CPUs,
+// or its Go code on fewer than two threads at once (GOMAXPROCS).
+var ErrOneCPU = errors.New("no second CPU to pass a line to")
 
 // line is the counter, alone on its cache line.
 type line struct {
@@ -64,7 +65,12 @@ func Measure(ctx context.Context, rounds int) (Result, error) {
 		}
 	}
 	if len(cpus) < 2 {
-		return Result{}, ErrOneCPU
+		return Result{}, fmt.Errorf("cpuline: this process may run on one CPU only: %w", ErrOneCPU)
+	}
+	if n := runtime.GOMAXPROCS(0); n < 2 {
+		// The two threads spin for each other's turn: one at a time, each
+		// hand-over would wait for the scheduler to preempt the other.
+		return Result{}, fmt.Errorf("cpuline: GOMAXPROCS is %d, and the probe's two threads must run at once: %w", n, ErrOneCPU)
 	}
 	var (
 		l           line

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,13 @@ func TestMeasureRefusals(t *testing.T) {
 	}()
 	if err := <-got; !errors.Is(err, cpuline.ErrOneCPU) {
 		t.Errorf("one CPU: err = %v, want ErrOneCPU", err)
+	}
+	// Go code on one thread at a time (GOMAXPROCS=1): the two threads
+	// could not spin at once, and the probe says so at once rather than
+	// wait for the scheduler at every hand-over.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	if _, err := cpuline.Measure(context.Background(), 100); !errors.Is(err, cpuline.ErrOneCPU) || !strings.Contains(err.Error(), "GOMAXPROCS is 1") {
+		t.Errorf("GOMAXPROCS 1: err = %v, want ErrOneCPU naming GOMAXPROCS", err)
 	}
 }
 
