@@ -148,6 +148,8 @@ func TestLinePumpOpenLineHoldIsBounded(t *testing.T) {
 // being fed, so waiting would only wait out the hold (an hour here; the
 // launcher's hosts hung for the job's minute so, when a rank's end came
 // while another rank's long line was open). The open line is cut at once.
+// Pumps of different feeders still wait
+// (TestLinePumpOverlongLineHoldsOtherPumps).
 func TestLinePumpSameFeederDoesNotWait(t *testing.T) {
 	var out bytes.Buffer
 	sink := &lineSink{w: &out, hold: time.Hour}
@@ -173,7 +175,6 @@ func TestLinePumpSameFeederDoesNotWait(t *testing.T) {
 	if want := "[0] " + long + "zz\n[1] last 1\n[0] rest\n"; out.String() != want {
 		t.Fatalf("output %q...%q, want the open line cut before [1]'s", out.String()[:10], out.String()[maxLine:])
 	}
-	// Pumps of different feeders still wait (TestLinePumpOverlongLineHoldsOtherPumps).
 }
 
 // An agent sends a rank's stream end at the start of a line: after another

@@ -90,10 +90,9 @@ const prefetchLines = 32
 func (s *Shard) prefetchBlocks(i uint32) {
 	lines := 0
 	for c := range s.tables {
-		cl := &s.l.cols[c]
-		p := unsafe.Add(unsafe.Pointer(unsafe.SliceData(s.tables[c])), int(i)*cl.stride)
-		for off := 0; off < cl.blockBytes && lines < prefetchLines; off, lines = off+64, lines+1 {
-			prefetch.Write(unsafe.Add(p, off))
+		b := s.block(c, i)
+		for off := 0; off < len(b) && lines < prefetchLines; off, lines = off+64, lines+1 {
+			prefetch.Write(unsafe.Pointer(&b[off]))
 		}
 	}
 }
