@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"iter"
 	"math"
+	"unsafe"
+
+	"github.com/gear-rl/gear/internal/prefetch"
 )
 
 // View is a pinned committed row: while the View is held the row is not evicted or
@@ -259,6 +262,17 @@ func (s *Shard) ReadCommits(from uint64, dst []RowStatus, max int) ([]RowStatus,
 	}
 	if end-from > s.log.capacity() {
 		return dst, from, fmt.Errorf("store: read commits of %q from %d (now at %d): %w", s.name, from, end, ErrMissed)
+	}
+	// The rows' status lines were last written by their writers, on other
+	// CPUs: ask for all of them first, so that they move together rather
+	// than each snapshot below waiting for its own (a row still committing
+	// stops the pass, and its line goes back to its writer at the writer's
+	// next store; the other lines are not written again until the row is
+	// freed).
+	for q, n := from, 0; q < end && n < max; q, n = q+1, n+1 {
+		if i, ok := s.log.read(q); ok && i < s.cap {
+			prefetch.Write(unsafe.Pointer(s.row(i)))
+		}
 	}
 	p := from
 	for n := 0; p < end && n < max; p++ {

@@ -9,7 +9,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -119,8 +121,10 @@ func register(c closer) C.uint64_t {
 	return C.uint64_t(nextID)
 }
 
-// lookup returns the handle h as a T.
+// lookup returns the handle h as a T. Every call on a handle passes here,
+// and paces the calling thread (pace).
 func lookup[T closer](h C.uint64_t) (T, error) {
+	pace()
 	handlesMu.RLock()
 	c, ok := handles[uint64(h)]
 	handlesMu.RUnlock()
@@ -279,3 +283,60 @@ func copyOut(s string, buf *C.char, capacity C.int64_t, n *C.int64_t) {
 		*n = C.int64_t(len(s))
 	}
 }
+
+// A C thread that calls into Go runs each call as a goroutine locked to its
+// own M, and that M keeps its P from one call to the next: the goroutine
+// never passes through the scheduler. Go's monitor thread (sysmon) counts
+// that as one goroutine running without a break, and after 10 ms (the
+// runtime's forcePreemptNS) it signals the thread and hands its P off; each
+// time it does, it goes back to polling every 20 µs for the next fifty
+// rounds. So a Python writer inserting a row a call, or a learner sampling
+// in a loop, kept its process's monitor awake about a thousand times a
+// second (a 20 µs sleep lasts a clock tick, about 1 ms, on the virtual
+// machines measured): each wake-up takes a CPU from the caller, or from the
+// processes beside it: two writer processes sharing a table's two CPUs with
+// its owner inserted about 4% fewer rows, 1.51x to 1.62x one writer's
+// against 1.57x to 1.68x with pace (docs/benchmarks.md, "Calls that pass
+// through the scheduler").
+//
+// pace lets the calling goroutine pass through the scheduler
+// (runtime.Gosched, a few microseconds for a locked goroutine) once every
+// paceEvery of calls, looking at the clock only every paceCheck calls: the
+// monitor then sees a fresh slice each time, takes nothing, and sleeps up
+// to 10 ms at a time. The count and the clock are the process's, not each
+// thread's: with several calling threads the one whose call comes due
+// yields, which keeps most of them, not every one, under the monitor's
+// 10 ms.
+func pace() {
+	if paceDue() {
+		runtime.Gosched()
+	}
+}
+
+// paceDue counts a call and reports whether it is the one to yield: the
+// first to look at the clock paceEvery or more after the last yield.
+func paceDue() bool {
+	if paceCalls.Add(1)%paceCheck != 0 {
+		return false
+	}
+	now := paceClock()
+	last := paceLast.Load()
+	return now-last >= int64(paceEvery) && paceLast.CompareAndSwap(last, now)
+}
+
+// paceEvery is how often pace yields, well under the monitor's 10 ms;
+// paceCheck is how many calls pass between two looks at the clock (a
+// clock read costs about as much as ten calls' bookkeeping here; one a
+// paceCheck calls is lost in a call's cost).
+const (
+	paceEvery = 4 * time.Millisecond
+	paceCheck = 64
+)
+
+var (
+	paceCalls atomic.Uint32
+	paceLast  atomic.Int64 // when pace last yielded, by paceClock
+	paceStart = time.Now()
+	// paceClock is monotonic time in ns (a test's fake clock replaces it).
+	paceClock = func() int64 { return int64(time.Since(paceStart)) }
+)

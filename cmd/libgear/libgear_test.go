@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -320,4 +322,56 @@ func TestStatusOf(t *testing.T) {
 			t.Errorf("statusOf(%v) = %d, want %d", c.err, got, c.want)
 		}
 	}
+}
+
+// pace yields once per paceEvery of calls, at the first call that looks at
+// the clock after it (every paceCheck calls), and never twice for one
+// period, even with many threads calling.
+func TestPaceYieldsOncePerPeriod(t *testing.T) {
+	var now atomic.Int64
+	clock := paceClock
+	paceClock = now.Load
+	t.Cleanup(func() { paceClock = clock })
+	paceCalls.Store(0)
+	paceLast.Store(0)
+	due := func(calls int) (yields int) {
+		for range calls {
+			if paceDue() {
+				yields++
+			}
+		}
+		return yields
+	}
+	if n := due(10 * paceCheck); n != 0 {
+		t.Errorf("%d calls before a period passed: %d yields, want 0", 10*paceCheck, n)
+	}
+	now.Add(int64(paceEvery))
+	if n := due(paceCheck - 1); n != 0 {
+		t.Errorf("a period passed, %d calls that do not look at the clock: %d yields, want 0", paceCheck-1, n)
+	}
+	if n := due(1); n != 1 {
+		t.Errorf("a period passed, the call that looks at the clock: %d yields, want 1", n)
+	}
+	if n := due(100 * paceCheck); n != 0 {
+		t.Errorf("%d calls more in the same period: %d yields, want 0", 100*paceCheck, n)
+	}
+	now.Add(int64(paceEvery) - 1)
+	if n := due(100 * paceCheck); n != 0 {
+		t.Errorf("1 ns short of the next period: %d yields, want 0", n)
+	}
+
+	// Many threads at once, over several periods: one yield a period.
+	var yields atomic.Int64
+	for period := range 5 {
+		now.Add(int64(paceEvery))
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { yields.Add(int64(due(10 * paceCheck))) })
+		}
+		wg.Wait()
+		if got := yields.Load(); got != int64(period+1) {
+			t.Fatalf("after %d periods with 8 threads calling: %d yields, want %d", period+1, got, period+1)
+		}
+	}
+	pace() // and the real one runs
 }
