@@ -256,6 +256,8 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--capacity", type=int, default=100000)
+    ap.add_argument("--extra-rows", type=int, default=4096,
+                    help="each table's extra_rows: the rows writers take while the owner's next look is due")
     ap.add_argument("--writer-capacity", type=int, default=1000000,
                     help="rows of the fresh tables the writer processes fill (400 B each)")
     ap.add_argument("--windows", type=int, default=12,
@@ -276,7 +278,7 @@ def main():
     def full_table(name):
         """A uniform, FIFO table of the capacity, filled with batch."""
         f = gear.Table(name=name, capacity=a.capacity, columns=COLUMNS, sampler="uniform", remover="fifo",
-                       extra_rows=4096, packed=PACKED)
+                       extra_rows=a.extra_rows, packed=PACKED)
         for _ in range(a.capacity // B + 1):
             f.insert_batch(batch)
         f.wait_admitted(30)
@@ -306,7 +308,7 @@ def main():
     def ring_sample():
         return len(ring.sample(B, srng)[0])
 
-    room = gear.Table(name="room", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096, packed=PACKED)
+    room = gear.Table(name="room", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=a.extra_rows, packed=PACKED)
 
     def room_insert():
         if room.info()["size"] > a.writer_capacity - 400000:
@@ -348,7 +350,7 @@ def main():
 
     def fresh(k, mode="batch"):
         """k writers into a fresh table with room for every row they write."""
-        f = gear.Table(name="fresh", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=4096, packed=PACKED)
+        f = gear.Table(name="fresh", capacity=a.writer_capacity, columns=COLUMNS, extra_rows=a.extra_rows, packed=PACKED)
         try:
             return writers(f.segment, k, a.seconds, mode)
         finally:

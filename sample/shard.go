@@ -58,7 +58,7 @@ type ShardTable struct {
 	freedKeys []uint64    // flushFreedLocked's scratch
 	passNext  uint64      // during an ingest pass: the commit sequence admitted up to (0: none yet)
 
-	kick   chan struct{}
+	nap    *nap
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -90,7 +90,8 @@ type ShardInfo struct {
 type ShardOption func(*ShardTable)
 
 // WithPollInterval sets the longest pause between two looks at the shard's commit
-// log when it is idle (default 1ms; after a commit the table looks again at once).
+// log when it is idle (default 1ms; while commits come the table looks as often
+// as its shard's rows beyond the table's size need, at the rate they come).
 func WithPollInterval(d time.Duration) ShardOption {
 	return func(st *ShardTable) { st.poll = d }
 }
@@ -118,7 +119,6 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 		poll:  time.Millisecond,
 		hook:  cfg.OnDelete,
 		held:  make(map[int32]store.View),
-		kick:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -144,6 +144,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 	st.t = t
 	st.reattached = st.admitExisting()
 	st.ctx, st.cancel = context.WithCancel(context.Background())
+	st.nap = newNap()
 	go st.ingest()
 	return st, nil
 }
@@ -255,14 +256,22 @@ func (st *ShardTable) flushPassLocked() {
 }
 
 // ingest admits the shard's commits into the table, in commit order, until Close.
+//
+// Once it has caught up it naps (nap). While commits come it naps for as
+// long as they take, at the rate of its last cycle, to use half the rows
+// the shard has beyond the table's size (the rows a full table's writers
+// take while their rows' evictions wait for this goroutine), between minNap
+// and the poll interval; when none came it doubles its last nap, up to the
+// poll interval.
 func (st *ShardTable) ingest() {
 	defer close(st.done)
+	defer st.nap.close()
 	buf := make([]store.RowStatus, 0, 256)
-	const minWait = 20 * time.Microsecond
-	wait := minWait
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	spare := float64(st.shard.Capacity() - st.t.maxSize)
+	d := minNap
+	cycle, admitted := time.Now(), uint64(0) // since the last nap began
 	for st.ctx.Err() == nil {
+		seen := st.nap.mark()
 		st.mu.Lock()
 		from := st.next
 		st.mu.Unlock()
@@ -280,19 +289,23 @@ func (st *ShardTable) ingest() {
 		}
 		st.advance(next)
 		if next != from {
-			wait = minWait
+			admitted += next - from
 			continue
 		}
-		timer.Reset(wait)
-		select {
-		case <-st.ctx.Done():
-			return
-		case <-st.kick:
-		case <-timer.C:
+		now := time.Now()
+		if admitted > 0 {
+			d = time.Duration(float64(now.Sub(cycle)) * spare / 2 / float64(admitted))
+		} else {
+			d *= 2
 		}
-		wait = min(2*wait, st.poll)
+		d = min(max(d, minNap), st.poll)
+		st.nap.sleep(seen, d, st.ctx.Done())
+		cycle, admitted = now, 0
 	}
 }
+
+// minNap is the shortest nap of ingest.
+const minNap = 20 * time.Microsecond
 
 // touchKeysLocked reads the key index's cells of the rows' keys (t.mu held),
 // so that their admissions, one after another, find them in the cache: each
@@ -404,10 +417,7 @@ func (st *ShardTable) Insert(ctx context.Context, key uint64, priority float64, 
 	if err != nil {
 		return store.Ref{}, fmt.Errorf("sample: table %q: insert of key %d: %w", st.t.name, key, err)
 	}
-	select {
-	case st.kick <- struct{}{}:
-	default:
-	}
+	st.nap.wake()
 	return ref, st.WaitAdmitted(ctx, ref.Seq+1)
 }
 
@@ -572,6 +582,7 @@ func (st *ShardTable) Close() error {
 	st.closed = true
 	st.mu.Unlock()
 	st.cancel()
+	st.nap.wake() // a nap on a timerfd does not watch the context
 	_ = st.t.Close()
 	<-st.done
 	st.writeTimesSampled() // for an owner that opens the shard after this one (none if it is closed)

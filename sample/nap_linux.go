@@ -1,0 +1,46 @@
+package sample
+
+import (
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// timerfd is a napClock on a Linux timerfd, read through Go's poller.
+type timerfd struct {
+	f   *os.File
+	buf [8]byte
+}
+
+// newNapClock returns a timerfd, or nil where none can be made (nap then
+// uses Go's timer).
+func newNapClock() napClock {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil
+	}
+	return &timerfd{f: os.NewFile(uintptr(fd), "gear-ingest-nap")}
+}
+
+// set arms the timer to fire once, after d (at least 1 ns: zero disarms).
+// Through the file's own descriptor, so that a set after close does
+// nothing, rather than arm whatever reuses the number.
+func (t *timerfd) set(d time.Duration) {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(max(d, 1)))}
+	if rc, err := t.f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.TimerfdSettime(int(fd), 0, &spec, nil) })
+	}
+}
+
+func (t *timerfd) wait(d time.Duration, woke func() bool) {
+	t.set(d)
+	if woke() {
+		return
+	}
+	_, _ = t.f.Read(t.buf[:]) // the expirations since the last read; an error (closed) ends the nap too
+}
+
+func (t *timerfd) fire() { t.set(1) }
+
+func (t *timerfd) close() { _ = t.f.Close() }
