@@ -172,8 +172,11 @@ type Table struct {
 	// queue, "lifo" for a stack).
 	Sampler string `toml:"sampler" jobs:"nonempty,default"`
 	// PriorityExponent is the exponent of the prioritized sampler or remover
-	// (default 1 when either is "prioritized"; only for them).
-	PriorityExponent float64 `toml:"priority_exponent,omitempty"`
+	// (default 1 when either is "prioritized"; only for them). Marshal
+	// writes it even when it is 0: a prioritized table's written 0 (uniform
+	// draws) is not the default, and the spec a submitted job runs from
+	// must keep it.
+	PriorityExponent float64 `toml:"priority_exponent"`
 	// Remover selects the victim when a shard is full; the same kinds as
 	// Sampler (default "fifo"; "lifo" for a stack).
 	Remover string `toml:"remover" jobs:"nonempty,default"`

@@ -353,3 +353,29 @@ func TestTablePacked(t *testing.T) {
 		}
 	}
 }
+
+// A prioritized table's explicit priority_exponent = 0 (uniform draws over a
+// prioritized table) survives Marshal, which writes the resolved spec that a
+// submitted job runs from: left out, the reparse would give it the default 1.
+func TestMarshalKeepsZeroPriorityExponent(t *testing.T) {
+	doc := "name = \"zero\"\n[launch]\nnp = 1\ncommand = [\"a\"]\n[table]\ncapacity = 10\ntrajectory_length = 1\n" +
+		"sampler = \"prioritized\"\npriority_exponent = 0.0\n[[table.columns]]\nname = \"o\"\ndtype = \"float32\"\n"
+	s, err := Parse([]byte(doc), "zero.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Table.PriorityExponent != 0 {
+		t.Fatalf("parsed priority_exponent %v, want the 0 written", s.Table.PriorityExponent)
+	}
+	b, err := Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(b, "zero.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := again.Table.PriorityExponent; got != 0 {
+		t.Errorf("after Marshal and Parse: priority_exponent %v, want 0\n%s", got, b)
+	}
+}
