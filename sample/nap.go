@@ -36,10 +36,13 @@ const napFine = time.Millisecond
 // napClock is a timer a goroutine can wait on in Go's poller.
 type napClock interface {
 	// wait arms the timer to fire after d and, unless woke reports true
-	// once it is armed, waits until it fires (or until fire).
+	// once it is armed, waits until it fires or until interrupt.
 	wait(d time.Duration, woke func() bool)
-	// fire makes the timer fire at once.
-	fire()
+	// interrupt ends the wait under way at once, readying its goroutine
+	// directly (not through the poller, which a process whose threads are
+	// all busy looks at only now and then). A wait that starts after it
+	// clears it: nap's word carries such a wake (woke).
+	interrupt()
 	close()
 }
 
@@ -57,7 +60,7 @@ func (n *nap) mark() uint64 { return n.word.Load() }
 func (n *nap) wake() {
 	n.word.Add(1)
 	if n.clock != nil {
-		n.clock.fire()
+		n.clock.interrupt()
 	}
 	select {
 	case n.kick <- struct{}{}:
@@ -71,7 +74,8 @@ func (n *nap) wake() {
 func (n *nap) sleep(seen uint64, d time.Duration, done <-chan struct{}) {
 	if n.clock != nil && d < napFine {
 		// Either the wake's move of word comes before woke's look, and the
-		// nap ends there, or its fire comes after the arming, and ends it.
+		// nap ends there, or its interrupt comes after the arming, and
+		// ends it.
 		n.clock.wait(d, func() bool { return n.word.Load() != seen })
 		return
 	}

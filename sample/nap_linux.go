@@ -34,13 +34,18 @@ func (t *timerfd) set(d time.Duration) {
 }
 
 func (t *timerfd) wait(d time.Duration, woke func() bool) {
+	_ = t.f.SetReadDeadline(time.Time{}) // clear the last interrupt
 	t.set(d)
 	if woke() {
 		return
 	}
-	_, _ = t.f.Read(t.buf[:]) // the expirations since the last read; an error (closed) ends the nap too
+	// The expirations since the last read; an error (the interrupt's
+	// deadline, or closed) ends the nap too.
+	_, _ = t.f.Read(t.buf[:])
 }
 
-func (t *timerfd) fire() { t.set(1) }
+// interrupt sets a read deadline in the past, which ends a read under way
+// at once; after close it does nothing.
+func (t *timerfd) interrupt() { _ = t.f.SetReadDeadline(time.Unix(1, 0)) }
 
 func (t *timerfd) close() { _ = t.f.Close() }

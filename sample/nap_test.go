@@ -49,14 +49,14 @@ func TestNapWakes(t *testing.T) {
 
 	if n.clock != nil {
 		// The timerfd's own protocol, with an hour's nap: a wake seen by
-		// the look after the arming ends it before the read, and a fire
-		// during the read ends the read.
+		// the look after the arming ends it before the read, and an
+		// interrupt during the read ends the read.
 		ends(t, "timerfd: a wake seen after arming", func() { n.clock.wait(time.Hour, func() bool { return true }) })
 		go func() {
 			time.Sleep(20 * time.Millisecond)
-			n.clock.fire()
+			n.clock.interrupt()
 		}()
-		ends(t, "timerfd: fired during the read", func() { n.clock.wait(time.Hour, func() bool { return false }) })
+		ends(t, "timerfd: interrupted during the read", func() { n.clock.wait(time.Hour, func() bool { return false }) })
 	}
 
 	// A nap may end early (a stale expiration), never lose its wake; and
