@@ -14,8 +14,8 @@ import (
 // table's writers take the rows its shard has beyond the table's size
 // while their rows' evictions wait for ingest's next look, and two Python
 // writers committing a row a microsecond used Python's default 1024 extra
-// rows in 0.7 ms: they then waited for free rows, and inserted 1.26x to
-// 1.29x one (docs/benchmarks.md, "Naps shorter than a millisecond"). On
+// rows in 0.7 ms: they then waited for free rows, and inserted 1.24x to
+// 1.31x one (docs/benchmarks.md, "Naps shorter than a millisecond"). On
 // Linux a nap shorter than that is a read of a timerfd of its own, which
 // Go's poller waits on like any file, its P free meanwhile, and which fires
 // when asked (plus the kernel's 50 µs of timer slack). Longer naps, and
@@ -68,10 +68,9 @@ func (n *nap) wake() {
 	}
 }
 
-// sleep naps up to d, or until a wake after mark returned seen, or until
-// done is closed (on Go's timer; a timerfd's nap ends at the wake that
-// follows done's closing). A wake may also end a later nap early.
-func (n *nap) sleep(seen uint64, d time.Duration, done <-chan struct{}) {
+// sleep naps up to d, or until a wake after mark returned seen (Close
+// wakes the nap after it cancels). A wake may also end a later nap early.
+func (n *nap) sleep(seen uint64, d time.Duration) {
 	if n.clock != nil && d < napFine {
 		// Either the wake's move of word comes before woke's look, and the
 		// nap ends there, or its interrupt comes after the arming, and
@@ -81,7 +80,6 @@ func (n *nap) sleep(seen uint64, d time.Duration, done <-chan struct{}) {
 	}
 	n.timer.Reset(d)
 	select {
-	case <-done:
 	case <-n.kick:
 	case <-n.timer.C:
 	}

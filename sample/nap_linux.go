@@ -2,6 +2,7 @@ package sample
 
 import (
 	"os"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -10,6 +11,7 @@ import (
 // timerfd is a napClock on a Linux timerfd, read through Go's poller.
 type timerfd struct {
 	f   *os.File
+	rc  syscall.RawConn // f's, for set
 	buf [8]byte
 }
 
@@ -20,7 +22,13 @@ func newNapClock() napClock {
 	if err != nil {
 		return nil
 	}
-	return &timerfd{f: os.NewFile(uintptr(fd), "gear-ingest-nap")}
+	f := os.NewFile(uintptr(fd), "gear-ingest-nap")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil
+	}
+	return &timerfd{f: f, rc: rc}
 }
 
 // set arms the timer to fire once, after d (at least 1 ns: zero disarms).
@@ -28,9 +36,7 @@ func newNapClock() napClock {
 // nothing, rather than arm whatever reuses the number.
 func (t *timerfd) set(d time.Duration) {
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(max(d, 1)))}
-	if rc, err := t.f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) { _ = unix.TimerfdSettime(int(fd), 0, &spec, nil) })
-	}
+	_ = t.rc.Control(func(fd uintptr) { _ = unix.TimerfdSettime(int(fd), 0, &spec, nil) })
 }
 
 func (t *timerfd) wait(d time.Duration, woke func() bool) {

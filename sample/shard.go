@@ -299,7 +299,7 @@ func (st *ShardTable) ingest() {
 			d *= 2
 		}
 		d = min(max(d, minNap), st.poll)
-		st.nap.sleep(seen, d, st.ctx.Done())
+		st.nap.sleep(seen, d)
 		cycle, admitted = now, 0
 	}
 }
@@ -582,7 +582,7 @@ func (st *ShardTable) Close() error {
 	st.closed = true
 	st.mu.Unlock()
 	st.cancel()
-	st.nap.wake() // a nap on a timerfd does not watch the context
+	st.nap.wake() // the nap does not watch the context
 	_ = st.t.Close()
 	<-st.done
 	st.writeTimesSampled() // for an owner that opens the shard after this one (none if it is closed)
