@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -55,7 +54,8 @@ type ShardTable struct {
 	deferring bool
 	freed     []store.Ref // the rows
 	freedIts  []Item      // the items, for the caller's OnDelete (only when there is one)
-	freedKeys []uint64    // flushFreedLocked's scratch
+	freedRows rowOrder    // flushFreedLocked's scratch: the rows' order
+	freedRefs []store.Ref // and the rows in it
 	passNext  uint64      // during an ingest pass: the commit sequence admitted up to (0: none yet)
 
 	nap    *nap
@@ -133,7 +133,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 		return nil, err
 	}
 	t.rows = true
-	t.touchRows = func(rows []int) uint64 { return shard.Touch(rows, nil) }
+	t.touchRows = func(rows []int) uint64 { shard.PrefetchStatus(rows); return 0 }
 	// A priority changed by MutatePriorities or by a commit of a key the
 	// table holds goes into the item's row at once, under the table's lock,
 	// so that the row never keeps an older one: re-attached or restored,
@@ -192,20 +192,19 @@ func (st *ShardTable) flushFreedLocked() {
 	if len(st.freed) == 0 {
 		return
 	}
-	keys := st.freedKeys[:0]
-	for i, r := range st.freed {
-		keys = append(keys, uint64(r.Index)<<32|uint64(i))
+	order := st.freedRows.order(st.freed)
+	refs := st.freedRefs[:0]
+	for _, i := range order {
+		refs = append(refs, st.freed[i])
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		i := uint32(k)
-		_ = st.shard.Release(st.freed[i])
-		if st.hook != nil {
+	st.shard.ReleaseAll(refs)
+	if st.hook != nil {
+		for _, i := range order {
 			st.hook(st.freedIts[i])
 		}
 	}
 	clear(st.freedIts)
-	st.freed, st.freedIts, st.freedKeys = st.freed[:0], st.freedIts[:0], keys[:0]
+	st.freed, st.freedIts, st.freedRefs = st.freed[:0], st.freedIts[:0], refs[:0]
 }
 
 // admitPass admits rows, one ingest pass, under one hold of the table's lock

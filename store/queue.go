@@ -59,32 +59,47 @@ func fullCell(lap uint64, v uint32) uint64 { return lap<<lapShift | fullBit | ui
 const spinLimit = 1 << 20
 
 // push adds v; it returns false if the ring is full.
-func (q *freeQueue) push(v uint32) bool {
-	for range spinLimit {
-		t := q.tail.Load()
+func (q *freeQueue) push(v uint32) bool { return q.pushN([]uint32{v}) == 1 }
+
+// pushN adds vs in order, each into the next empty cell from the tail on,
+// and then moves the tail and rings the bell once: a releaser giving back a
+// run of rows would otherwise move the tail's line and read the bell's once
+// a row. Until the tail moves, pushers that find the cells filled move it
+// for them, as after a pusher that died. It returns how many of vs it
+// added: fewer only when the ring filled (or a cell overwritten with
+// garbage kept it spinning, see spinLimit).
+func (q *freeQueue) pushN(vs []uint32) int {
+	t := q.tail.Load()
+	n := 0
+	for spins := 0; n < len(vs) && spins < spinLimit; spins++ {
 		c := q.cell(t)
 		l := q.lap(t)
 		x := c.Load()
 		xl := x >> lapShift
 		switch {
 		case x == emptyCell(l):
-			if c.CompareAndSwap(x, fullCell(l, v)) {
-				q.tail.CompareAndSwap(t, t+1)
-				q.bell.ring()
-				return true
+			if c.CompareAndSwap(x, fullCell(l, vs[n])) {
+				n++
+				t++
 			}
 		case xl == l || xl == (l+1)&lapMask:
-			// Position t was filled (and maybe already popped) by a process that has
-			// not moved the tail yet, or that died: move it for them.
-			q.tail.CompareAndSwap(t, t+1)
+			t = max(t+1, q.tail.Load()) // filled by another pusher (and maybe popped since)
 		case xl == (l-1)&lapMask && x&fullBit != 0:
-			// The cell still holds the previous lap's index: the ring is full.
-			if q.tail.Load() == t {
-				return false
-			}
+			spins = spinLimit // the ring is full
+		default:
+			t = max(t, q.tail.Load()) // t is stale: a lap went by
 		}
 	}
-	return false
+	for {
+		cur := q.tail.Load()
+		if cur >= t || q.tail.CompareAndSwap(cur, t) {
+			break
+		}
+	}
+	if n > 0 {
+		q.bell.ring()
+	}
+	return n
 }
 
 // empty reports whether the ring holds no index now (a hint, as the queue is).

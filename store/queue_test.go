@@ -82,38 +82,18 @@ func TestFreeQueueSurvivesDeadProcesses(t *testing.T) {
 // TestFreeQueueConcurrent moves 64 tokens through a queue of 64 cells from 8
 // goroutines: none is lost or duplicated.
 func TestFreeQueueConcurrent(t *testing.T) {
-	q, _ := testQueue(64)
-	for i := range 64 {
-		q.push(uint32(i))
-	}
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for range 20000 {
-				v, ok := q.pop()
-				if !ok {
-					continue
-				}
-				if !q.push(v) {
-					t.Error("push refused with a token out")
-					return
-				}
+	churnTokens(t, 64, func(q *freeQueue, g int) {
+		for range 20000 {
+			v, ok := q.pop()
+			if !ok {
+				continue
 			}
-		})
-	}
-	wg.Wait()
-	var got []int
-	for {
-		v, ok := q.pop()
-		if !ok {
-			break
+			if !q.push(v) {
+				t.Error("push refused with a token out")
+				return
+			}
 		}
-		got = append(got, int(v))
-	}
-	slices.Sort(got)
-	if len(got) != 64 || got[0] != 0 || got[63] != 63 || len(slices.Compact(got)) != 64 {
-		t.Fatalf("tokens after the run: %v", got)
-	}
+	})
 }
 
 func TestCommitLog(t *testing.T) {
@@ -338,39 +318,26 @@ func TestFreeQueueAfterDeadPopN(t *testing.T) {
 // cells from goroutines that take them one or several at a time: none is lost
 // or duplicated, and no push is refused.
 func TestFreeQueuePopNConcurrent(t *testing.T) {
-	q, _ := testQueue(64)
-	for i := range 64 {
-		q.push(uint32(i))
-	}
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Go(func() {
-			var buf []uint32
-			for range 20000 {
-				if g%2 == 0 {
-					v, ok := q.pop()
-					if ok && !q.push(v) {
-						t.Error("push refused with a token out")
-						return
-					}
-					continue
+	churnTokens(t, 64, func(q *freeQueue, g int) {
+		var buf []uint32
+		for range 20000 {
+			if g%2 == 0 {
+				v, ok := q.pop()
+				if ok && !q.push(v) {
+					t.Error("push refused with a token out")
+					return
 				}
-				buf = q.popN(buf[:0], 1+g%5)
-				for _, v := range buf {
-					if !q.push(v) {
-						t.Error("push refused with tokens out")
-						return
-					}
+				continue
+			}
+			buf = q.popN(buf[:0], 1+g%5)
+			for _, v := range buf {
+				if !q.push(v) {
+					t.Error("push refused with tokens out")
+					return
 				}
 			}
-		})
-	}
-	wg.Wait()
-	got := q.popN(nil, 128)
-	slices.Sort(got)
-	if len(got) != 64 || got[0] != 0 || got[63] != 63 || len(slices.Compact(got)) != 64 {
-		t.Fatalf("tokens after the run: %v", got)
-	}
+		}
+	})
 }
 
 // FuzzFreeQueue runs push, pop and popN from one goroutine against a slice:
@@ -417,4 +384,126 @@ func FuzzFreeQueue(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestFreeQueuePushN checks a run's push: in order, bounded by the ring,
+// one move of the tail, one ring of the bell, and past a cell that a pusher
+// which died filled without moving the tail.
+func TestFreeQueuePushN(t *testing.T) {
+	q, _ := testQueue(8)
+	for lap := range 4 { // wrap the ring several times
+		base := uint32(lap * 100)
+		if n := q.pushN([]uint32{base, base + 1, base + 2, base + 3, base + 4}); n != 5 {
+			t.Fatalf("lap %d: pushN of 5 into an empty ring of 8 pushed %d", lap, n)
+		}
+		if n := q.pushN([]uint32{base + 5, base + 6, base + 7, base + 8}); n != 3 {
+			t.Fatalf("lap %d: pushN of 4 with 3 cells left pushed %d", lap, n)
+		}
+		if got := q.tail.Load() - q.head.Load(); got != 8 {
+			t.Fatalf("lap %d: tail %d ahead of the head, want 8", lap, got)
+		}
+		for i := range uint32(8) {
+			if v, ok := q.pop(); !ok || v != base+i {
+				t.Fatalf("lap %d: pop = %d, %v; want %d", lap, v, ok, base+i)
+			}
+		}
+		if !q.empty() {
+			t.Fatalf("lap %d: not empty after every pop", lap)
+		}
+	}
+
+	// A pusher died after filling the tail's cell, before moving the tail.
+	t0 := q.tail.Load()
+	q.cell(t0).Store(fullCell(q.lap(t0), 7))
+	if n := q.pushN([]uint32{8, 9}); n != 2 {
+		t.Fatalf("pushN after a dead pusher pushed %d, want 2", n)
+	}
+	if q.tail.Load() != t0+3 {
+		t.Fatalf("tail %d, want %d: past the dead pusher's cell and the run", q.tail.Load(), t0+3)
+	}
+	for _, want := range []uint32{7, 8, 9} {
+		if v, ok := q.pop(); !ok || v != want {
+			t.Fatalf("pop = %d, %v; want %d", v, ok, want)
+		}
+	}
+
+	// One ring wakes a sleeper.
+	q.bell.sleeping.Store(1)
+	w := q.bell.word.Load()
+	if n := q.pushN([]uint32{1, 2, 3}); n != 3 {
+		t.Fatalf("pushN pushed %d, want 3", n)
+	}
+	if q.bell.sleeping.Load() != 0 || q.bell.word.Load() != w+1 {
+		t.Fatalf("after pushN: sleeping %d, word moved by %d; want 0 and 1", q.bell.sleeping.Load(), q.bell.word.Load()-w)
+	}
+	if n := q.pushN(nil); n != 0 || q.bell.word.Load() != w+1 {
+		t.Fatalf("pushN of nothing pushed %d and rang the bell", n)
+	}
+}
+
+// TestFreeQueuePushNConcurrent moves 64 tokens through a ring of 64 cells
+// from 8 goroutines, each popping a few and pushing them back as one run,
+// beside plain pushes: none is lost or duplicated.
+func TestFreeQueuePushNConcurrent(t *testing.T) {
+	churnTokens(t, 64, func(q *freeQueue, g int) {
+		var run []uint32
+		for i := range 5000 {
+			run = run[:0]
+			for range 1 + (g+i)%4 {
+				if v, ok := q.pop(); ok {
+					run = append(run, v)
+				}
+			}
+			if g%2 == 0 && len(run) > 0 {
+				if !q.push(run[0]) {
+					t.Error("push refused with tokens out")
+					return
+				}
+				run = run[1:]
+			}
+			if n := q.pushN(run); n != len(run) {
+				t.Errorf("pushN of %d tokens out pushed %d", len(run), n)
+				return
+			}
+		}
+	})
+}
+
+// checkTokens drains q and checks that it held the tokens 0 to n-1, each once.
+func checkTokens(t *testing.T, q freeQueue, n int) {
+	t.Helper()
+	var got []int
+	for {
+		v, ok := q.pop()
+		if !ok {
+			break
+		}
+		got = append(got, int(v))
+	}
+	slices.Sort(got)
+	if len(got) != n || got[0] != 0 || got[n-1] != n-1 || len(slices.Compact(got)) != n {
+		t.Fatalf("tokens after the run: %v", got)
+	}
+}
+
+// tokenQueue returns a queue of n cells holding the tokens 0 to n-1.
+func tokenQueue(n int) freeQueue {
+	q, _ := testQueue(n)
+	for i := range n {
+		q.push(uint32(i))
+	}
+	return q
+}
+
+// churnTokens runs work on 8 goroutines (g from 0) over one queue of n
+// cells holding the tokens 0 to n-1, then checks that it holds each token
+// once.
+func churnTokens(t *testing.T, n int, work func(q *freeQueue, g int)) {
+	q := tokenQueue(n)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() { work(&q, g) })
+	}
+	wg.Wait()
+	checkTokens(t, q, n)
 }

@@ -135,22 +135,69 @@ func (s *Shard) Release(ref Ref) error {
 		return err
 	}
 	i := uint32(ref.Index)
+	freed, ok := s.release(i, ref.Seq)
+	if !ok {
+		return fmt.Errorf("store: release %v of %q: %w", ref, s.name, ErrStale)
+	}
+	if freed {
+		s.removed.Add(1)
+		s.free.push(i)
+	}
+	return nil
+}
+
+// ReleaseAll is Release of each of refs, in order, for a caller giving back
+// a run of rows at once: the rows that go back to the free queue go in one
+// push (see freeQueue.pushN), with one count of the removals. A ref whose
+// occupant is already gone, or out of range, is passed over. It returns how
+// many of refs it released.
+func (s *Shard) ReleaseAll(refs []Ref) int {
+	if s.closed.Load() {
+		return 0
+	}
+	var run [64]uint32
+	released := 0
+	for len(refs) > 0 {
+		k := min(len(refs), len(run))
+		n := 0
+		for _, ref := range refs[:k] {
+			if ref.Index < 0 || ref.Index >= int(s.cap) {
+				continue
+			}
+			freed, ok := s.release(uint32(ref.Index), ref.Seq)
+			if ok {
+				released++
+			}
+			if freed {
+				run[n] = uint32(ref.Index)
+				n++
+			}
+		}
+		if n > 0 {
+			s.removed.Add(uint64(n))
+			s.free.pushN(run[:n])
+		}
+		refs = refs[k:]
+	}
+	return released
+}
+
+// release makes row i, committed with seq, unselectable: freed reports
+// whether it is free now (no view held it), for the caller to count and
+// push; ok is false if the occupant is gone already.
+func (s *Shard) release(i uint32, seq uint64) (freed, ok bool) {
 	r := s.row(i)
 	for {
 		x := r.state.Load()
-		if phaseOf(x) != phaseCommitted || x&doomedBit != 0 || r.seq.Load() != ref.Seq {
-			return fmt.Errorf("store: release %v of %q: %w", ref, s.name, ErrStale)
+		if phaseOf(x) != phaseCommitted || x&doomedBit != 0 || r.seq.Load() != seq {
+			return false, false
 		}
 		nx := freeWord(genOf(x))
 		if pinsOf(x) > 0 {
 			nx = x | doomedBit
 		}
 		if r.state.CompareAndSwap(x, nx) {
-			if pinsOf(x) == 0 {
-				s.removed.Add(1)
-				s.free.push(i)
-			}
-			return nil
+			return pinsOf(x) == 0, true
 		}
 	}
 }

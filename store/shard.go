@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gear-rl/gear/internal/prefetch"
 	"io/fs"
 	"os"
 	"strings"
@@ -509,6 +510,22 @@ func (s *Shard) Touch(indices []int, cols []int) uint64 {
 		}
 	}
 	return x
+}
+
+// PrefetchStatus asks, without waiting, for the status lines of the rows in
+// indices, for writing: a table about to release those rows calls it ahead,
+// so that each release's compare-and-swap finds its line in the cache, and
+// nothing waits for the lines meanwhile (as Touch's loads do). An index out
+// of range is skipped.
+func (s *Shard) PrefetchStatus(indices []int) {
+	if s.closed.Load() {
+		return
+	}
+	for _, i := range indices {
+		if i >= 0 && i < int(s.cap) {
+			prefetch.Write(unsafe.Pointer(s.row(uint32(i))))
+		}
+	}
 }
 
 func (s *Shard) block(col int, i uint32) []byte {

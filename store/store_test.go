@@ -803,3 +803,74 @@ func TestPinJournalFillsAndEmpties(t *testing.T) {
 		t.Fatalf("stats %+v: the row is still pinned", st)
 	}
 }
+
+// TestReleaseAll releases a run of rows at once: stale and out-of-range refs
+// are passed over, a viewed row waits for its view, and the freed rows go
+// back to the free queue in the run's order.
+func TestReleaseAll(t *testing.T) {
+	s := storetest.Create(t, storetest.Spec(8))
+	refs := make([]store.Ref, 8)
+	for i := range refs {
+		refs[i] = insert(t, s, uint64(i), 1)
+	}
+	v, err := s.Read(refs[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Release(refs[6]); err != nil {
+		t.Fatal(err)
+	}
+	if r := insert(t, s, 100, 1); r.Index != 6 {
+		t.Fatalf("the one free row is %d, want 6", r.Index)
+	}
+	removals := s.Stats().Removals
+	run := []store.Ref{refs[5], refs[2], refs[6], {Index: 99}, {Index: -1}, refs[3], refs[7]}
+	if n := s.ReleaseAll(run); n != 4 {
+		t.Fatalf("ReleaseAll released %d, want 4 (rows 5, 2, 3 and 7)", n)
+	}
+	if st := s.Stats(); st.Free != 3 || st.Doomed != 1 || st.Removals != removals+3 {
+		t.Fatalf("stats %+v; want 3 free, 1 doomed, %d removals", st, removals+3)
+	}
+	if n := countRows(s); n != 4 {
+		t.Fatalf("%d rows selectable, want 4", n)
+	}
+	if _, err := s.Read(refs[2]); !errors.Is(err, store.ErrStale) {
+		t.Fatalf("read of a released row: %v", err)
+	}
+	for _, want := range []int{5, 2, 7} {
+		if r := insert(t, s, uint64(200+want), 1); r.Index != want {
+			t.Fatalf("allocated row %d, want %d: the run's order", r.Index, want)
+		}
+	}
+	v.Done()
+	if r := insert(t, s, 300, 1); r.Index != 3 {
+		t.Fatalf("allocated row %d, want 3, freed by its view's Done", r.Index)
+	}
+	if n := s.ReleaseAll(nil); n != 0 {
+		t.Fatalf("ReleaseAll of nothing released %d", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.ReleaseAll(refs); n != 0 {
+		t.Fatalf("ReleaseAll after Close released %d", n)
+	}
+}
+
+// TestPrefetchStatusChangesNothing asks for rows' lines ahead, in range and
+// not, and after Close: no row's status changes, and nothing faults.
+func TestPrefetchStatusChangesNothing(t *testing.T) {
+	s := storetest.Create(t, storetest.Spec(8))
+	for i := range 5 {
+		insert(t, s, uint64(i), float64(i))
+	}
+	before, st := slices.Collect(s.Rows()), s.Stats()
+	s.PrefetchStatus([]int{0, 3, 7, -1, 8, 1 << 40})
+	if after := slices.Collect(s.Rows()); !slices.Equal(after, before) || s.Stats() != st {
+		t.Fatalf("rows %v and stats %+v after PrefetchStatus, want %v and %+v", after, s.Stats(), before, st)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.PrefetchStatus([]int{0, 1, 2}) // unmapped: must not touch the memory
+}
