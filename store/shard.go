@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gear-rl/gear/internal/prefetch"
 	"io/fs"
 	"os"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gear-rl/gear/internal/clock"
+	"github.com/gear-rl/gear/internal/prefetch"
 )
 
 // Errors returned by the shard's methods (wrapped, so test with errors.Is).
