@@ -68,7 +68,9 @@ func (s *Shard) takeChunk() (Pending, bool) {
 		w := writingWord(genOf(x)+1, s.slot)
 		if r.state.CompareAndSwap(x, w) {
 			if s.chunkHead < len(s.chunk) {
-				s.prefetchBlocks(s.chunk[s.chunkHead])
+				next := s.chunk[s.chunkHead]
+				prefetch.Write(unsafe.Pointer(s.row(next)))
+				s.prefetchBlocks(next)
 			}
 			return Pending{s: s, idx: i, word: w}, true
 		}

@@ -140,6 +140,9 @@ func (q *freeQueue) pop() (uint32, bool) {
 // it took, which the others' moves pass.
 func (q *freeQueue) popN(dst []uint32, n int) []uint32 {
 	p := q.head.Load()
+	for k := 0; k < n; k += 8 {
+		prefetch.Write(unsafe.Pointer(q.cell(p + uint64(k))))
+	}
 	for taken := 0; taken < n; {
 		c, l := q.cell(p), q.lap(p)
 		x := c.Load()
