@@ -17,8 +17,9 @@ type toucher interface {
 
 // touchVictims runs after each eviction of trimLocked. Every victimsAhead
 // evictions it loads the cells that deleting the remover's next victims but
-// victimsAhead will read: their items, key index cells, selector entries and
-// (touchRows) shard rows, the loads of all of them overlapping. A full
+// victimsAhead will read: their items, key index cells and selector
+// entries, the loads of all of them overlapping, and asks for their shard
+// rows' status lines without waiting (touchRows). A full
 // table's every insert evicts an item inserted a table's length before,
 // whose cells have left the cache, and each delete would otherwise wait for
 // its own misses in turn (the key's cell only once the item's load gave the
@@ -56,7 +57,7 @@ func (t *Table) touchVictims() {
 		x += uint64(t.index.touch(keys[i]))
 	}
 	if t.touchRows != nil {
-		x += t.touchRows(slots)
+		t.touchRows(slots)
 	}
 	loadSink.Add(x)
 }

@@ -23,9 +23,8 @@ func TestTouchVictimsLoadsTheNextVictims(t *testing.T) {
 		slots []int
 	}
 	var touches []touch
-	tb.touchRows = func(slots []int) uint64 {
+	tb.touchRows = func(slots []int) {
 		touches = append(touches, touch{len(deleted), slices.Clone(slots)})
-		return 0
 	}
 	ctx := context.Background()
 	for k := range uint64(size + 20*victimsAhead) {

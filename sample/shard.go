@@ -133,7 +133,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 		return nil, err
 	}
 	t.rows = true
-	t.touchRows = func(rows []int) uint64 { shard.PrefetchStatus(rows); return 0 }
+	t.touchRows = shard.PrefetchStatus
 	// A priority changed by MutatePriorities or by a commit of a key the
 	// table holds goes into the item's row at once, under the table's lock,
 	// so that the row never keeps an older one: re-attached or restored,

@@ -68,9 +68,7 @@ func (s *Shard) takeChunk() (Pending, bool) {
 		w := writingWord(genOf(x)+1, s.slot)
 		if r.state.CompareAndSwap(x, w) {
 			if s.chunkHead < len(s.chunk) {
-				next := s.chunk[s.chunkHead]
-				prefetch.Write(unsafe.Pointer(s.row(next)))
-				s.prefetchBlocks(next)
+				s.prefetchRow(s.chunk[s.chunkHead])
 			}
 			return Pending{s: s, idx: i, word: w}, true
 		}
@@ -78,18 +76,21 @@ func (s *Shard) takeChunk() (Pending, bool) {
 	return Pending{}, false
 }
 
-// prefetchLines bounds the cache lines prefetchBlocks asks for, over all
+// prefetchLines bounds the cache lines prefetchRow asks for, over all
 // columns: rows larger than this stream through the hardware's own
 // prefetch, which a flood of requests would only crowd out.
 const prefetchLines = 32
 
-// prefetchBlocks asks for the cache lines of row i's blocks, for writing,
-// without waiting: the rows of a full shard were last written a shard's
-// length of inserts ago, and their lines have left the cache. Done one insert
-// ahead, the lines arrive while the caller does other work, and the commit's
-// compare-and-swap, a barrier, does not wait for the row's stores to find
-// their lines.
-func (s *Shard) prefetchBlocks(i uint32) {
+// prefetchRow asks for the cache lines of row i's blocks and its status
+// line, for writing, without waiting: the rows of a full shard were last
+// written a shard's length of inserts ago, and their lines have left the
+// cache; the status line the refill took can have been taken since (another
+// process's walk of the table, the prefetchers behind the owner's reads of
+// its neighbours). Done one insert ahead, the lines arrive while the caller
+// does other work, and neither the take's compare-and-swap nor the commit's,
+// a barrier, waits for them.
+func (s *Shard) prefetchRow(i uint32) {
+	prefetch.Write(unsafe.Pointer(s.row(i)))
 	lines := 0
 	for c := range s.tables {
 		b := s.block(c, i)

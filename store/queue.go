@@ -58,6 +58,10 @@ func fullCell(lap uint64, v uint32) uint64 { return lap<<lapShift | fullBit | ui
 // status-table scan recovers.
 const spinLimit = 1 << 20
 
+// cellsPerLine is how many 8-byte cells (of the free queue, of the commit
+// log) share a cache line.
+const cellsPerLine = 8
+
 // push adds v; it returns false if the ring is full.
 func (q *freeQueue) push(v uint32) bool { return q.pushN([]uint32{v}) == 1 }
 
@@ -140,8 +144,8 @@ func (q *freeQueue) pop() (uint32, bool) {
 // it took, which the others' moves pass.
 func (q *freeQueue) popN(dst []uint32, n int) []uint32 {
 	p := q.head.Load()
-	for k := 0; k < n; k += 8 {
-		prefetch.Write(unsafe.Pointer(q.cell(p + uint64(k))))
+	for c := p &^ (cellsPerLine - 1); c < p+uint64(n); c += cellsPerLine {
+		prefetch.Write(unsafe.Pointer(q.cell(c)))
 	}
 	for taken := 0; taken < n; {
 		c, l := q.cell(p), q.lap(p)
@@ -206,16 +210,14 @@ func (g *commitLog) cell(p uint64) *atomic.Uint64 {
 
 func (g *commitLog) tag(p uint64) uint32 { return uint32(p>>g.shift) + 1 }
 
-// logLine is how many cells share a cache line. The tail is a hint: an
-// append moves it only when it fills the last cell of a line (and readers move
-// it to the end they find), so that two writers committing in turn do not also
-// pass the tail's line back and forth at every commit; it lags the end by at
-// most a line's cells, and by more only after a committer died between its cell
-// and the tail.
-const logLine = 8
-
 // append publishes row and returns its sequence: the first cell of this lap
 // not yet written, from the tail on.
+//
+// The log's tail is a hint: an append moves it only when it fills the last
+// cell of a line (and readers move it to the end they find), so that two
+// writers committing in turn do not also pass the tail's line back and forth
+// at every commit; it lags the end by at most a line's cells (cellsPerLine),
+// and by more only after a committer died between its cell and the tail.
 func (g *commitLog) append(row uint32) uint64 {
 	t := g.hint.Load()
 	if t == 0 {
@@ -229,7 +231,7 @@ func (g *commitLog) append(row uint32) uint64 {
 		switch {
 		case xt == tag:
 			t++ // written: look at the next one
-			if skipped++; skipped%logLine == 0 {
+			if skipped++; skipped%cellsPerLine == 0 {
 				if tl := g.tail.Load(); tl > t {
 					t = tl // the hint is far behind: others appended since
 				} else {
@@ -240,7 +242,7 @@ func (g *commitLog) append(row uint32) uint64 {
 			t = g.tail.Load() // the cell is from a later lap: t is stale
 		default:
 			if c.CompareAndSwap(x, uint64(tag)<<32|uint64(row)) {
-				if (t+1)%logLine == 0 {
+				if (t+1)%cellsPerLine == 0 {
 					g.advance(t + 1)
 				}
 				g.hint.Store(t + 1)

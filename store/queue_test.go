@@ -186,8 +186,8 @@ func TestCommitLogConcurrentAppends(t *testing.T) {
 			t.Fatalf("sequence %d went to append %d (a gap or a repeat)", s, i)
 		}
 	}
-	if tail := g.tail.Load(); tail > writers*each || tail+logLine < writers*each {
-		t.Fatalf("tail %d after %d appends: want within %d of the end", tail, writers*each, logLine)
+	if tail := g.tail.Load(); tail > writers*each || tail+cellsPerLine < writers*each {
+		t.Fatalf("tail %d after %d appends: want within %d of the end", tail, writers*each, cellsPerLine)
 	}
 	if e := g.end(); e != writers*each {
 		t.Fatalf("end = %d after %d appends", e, writers*each)
@@ -220,7 +220,7 @@ func TestCommitLogHints(t *testing.T) {
 		check(&a, "a")
 		check(&b, "b")
 	}
-	for _, gap := range []int{1, logLine - 1, logLine, 3*logLine + 5, 1024, 3000} {
+	for _, gap := range []int{1, cellsPerLine - 1, cellsPerLine, 3*cellsPerLine + 5, 1024, 3000} {
 		for range gap { // b idles while a appends
 			check(&a, "a")
 		}

@@ -113,8 +113,7 @@ func (s *Shard) dropPin(i uint32) (freed, ok bool) {
 		}
 		if r.state.CompareAndSwap(x, nx) {
 			if freed {
-				s.removed.Add(1)
-				s.free.push(i)
+				s.freeRows(i)
 			}
 			return freed, true
 		}
@@ -140,8 +139,7 @@ func (s *Shard) Release(ref Ref) error {
 		return fmt.Errorf("store: release %v of %q: %w", ref, s.name, ErrStale)
 	}
 	if freed {
-		s.removed.Add(1)
-		s.free.push(i)
+		s.freeRows(i)
 	}
 	return nil
 }
@@ -152,16 +150,13 @@ func (s *Shard) Release(ref Ref) error {
 // occupant is already gone, or out of range, is passed over. It returns how
 // many of refs it released.
 func (s *Shard) ReleaseAll(refs []Ref) int {
-	if s.closed.Load() {
-		return 0
-	}
 	var run [64]uint32
 	released := 0
 	for len(refs) > 0 {
 		k := min(len(refs), len(run))
 		n := 0
 		for _, ref := range refs[:k] {
-			if ref.Index < 0 || ref.Index >= int(s.cap) {
+			if s.checkRef(ref) != nil {
 				continue
 			}
 			freed, ok := s.release(uint32(ref.Index), ref.Seq)
@@ -174,12 +169,18 @@ func (s *Shard) ReleaseAll(refs []Ref) int {
 			}
 		}
 		if n > 0 {
-			s.removed.Add(uint64(n))
-			s.free.pushN(run[:n])
+			s.freeRows(run[:n]...)
 		}
 		refs = refs[k:]
 	}
 	return released
+}
+
+// freeRows counts rows just freed as removals and puts them on the free
+// queue, in one push.
+func (s *Shard) freeRows(rows ...uint32) {
+	s.removed.Add(uint64(len(rows)))
+	s.free.pushN(rows)
 }
 
 // release makes row i, committed with seq, unselectable: freed reports
