@@ -256,8 +256,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=1.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--capacity", type=int, default=100000)
-    ap.add_argument("--extra-rows", type=int, default=4096,
-                    help="each table's extra_rows: the rows writers take while the owner's next look is due")
+    ap.add_argument("--extra-rows", type=int, default=None,
+                    help="each table's extra_rows: the rows writers take while the owner's next look is due"
+                         " (default: the library's)")
     ap.add_argument("--writer-capacity", type=int, default=1000000,
                     help="rows of the fresh tables the writer processes fill (400 B each)")
     ap.add_argument("--windows", type=int, default=12,

@@ -88,7 +88,7 @@ def main():
     rng = bench.np.random.default_rng(0)
     batch = bench.rows(bench.B, rng)
     t = gear.Table(name="profile", capacity=a.capacity, columns=bench.COLUMNS, sampler="uniform", remover="fifo",
-                   extra_rows=4096, packed=bench.PACKED)
+                   packed=bench.PACKED)
     pool = None
     try:
         for _ in range(a.capacity // bench.B + 1):

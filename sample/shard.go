@@ -139,7 +139,7 @@ func NewShardTable(shard *store.Shard, cfg Config, opts ...ShardOption) (*ShardT
 	// so that the row never keeps an older one: re-attached or restored,
 	// the shard gives the table its items' last priorities.
 	t.onPriority = func(it Item) { _ = shard.SetPriority(store.Ref{Index: it.Index, Seq: it.Seq}, it.Priority) }
-	t.beforeWait = st.flushPassLocked
+	t.beforeWait = st.beforeWaitLocked
 	t.m.SetShard(shard.Name())
 	st.t = t
 	st.reattached = st.admitExisting()
@@ -242,6 +242,21 @@ func (st *ShardTable) endPassLocked() {
 	st.deferring, st.passNext = false, 0
 }
 
+// beforeWaitLocked is the table's beforeWait (its lock held): the pass
+// under way, if any, gives out what it holds back, and a call of another
+// goroutine that waits on the rate limiter while commits wait for
+// admission wakes the ingest, which may be napping for a few milliseconds
+// (streamNap).
+func (st *ShardTable) beforeWaitLocked() {
+	if st.deferring {
+		st.flushPassLocked()
+		return
+	}
+	if st.pending() {
+		st.nap.wake()
+	}
+}
+
 // flushPassLocked ends what a pass holds back so far (the table's lock held):
 // the commit sequence it admitted up to is published to WaitAdmitted, and its
 // freed rows go back to the shard. The table calls it before any of its calls
@@ -260,8 +275,9 @@ func (st *ShardTable) flushPassLocked() {
 // long as they take, at the rate of its last cycle, to use half the rows
 // the shard has beyond the table's size (the rows a full table's writers
 // take while their rows' evictions wait for this goroutine), between minNap
-// and the poll interval; when none came it doubles its last nap, up to the
-// poll interval.
+// and streamNap (or the poll interval, if longer); when none came it doubles
+// its last nap, up to the poll interval. Calls of this process that wait
+// for commits wake it (WaitAdmitted, beforeWaitLocked).
 func (st *ShardTable) ingest() {
 	defer close(st.done)
 	defer st.nap.close()
@@ -294,10 +310,10 @@ func (st *ShardTable) ingest() {
 		now := time.Now()
 		if admitted > 0 {
 			d = time.Duration(float64(now.Sub(cycle)) * spare / 2 / float64(admitted))
+			d = min(max(d, minNap), max(st.poll, streamNap))
 		} else {
-			d *= 2
+			d = min(max(2*d, minNap), st.poll)
 		}
-		d = min(max(d, minNap), st.poll)
 		st.nap.sleep(seen, d)
 		cycle, admitted = now, 0
 	}
@@ -305,6 +321,17 @@ func (st *ShardTable) ingest() {
 
 // minNap is the shortest nap of ingest.
 const minNap = 20 * time.Microsecond
+
+// streamNap is the longest nap of ingest while commits come (or the poll
+// interval, if longer): how long a committed row may wait for admission
+// while no call of this process waits for it (WaitAdmitted, and every
+// call that waits on the rate limiter, wake the ingest). Each look costs
+// the owner a wake, and beside writers that keep the machine's cores busy
+// it also takes a core from one of them: two Python row writers inserted
+// about 1.65x one with looks a millisecond apart and about 1.75x with
+// looks this far apart, given the spare rows to cover them
+// (docs/benchmarks.md, "Fewer looks while commits come").
+const streamNap = 8 * time.Millisecond
 
 // touchKeysLocked reads the key index's cells of the rows' keys (t.mu held),
 // so that their admissions, one after another, find them in the cache: each
@@ -416,8 +443,7 @@ func (st *ShardTable) Insert(ctx context.Context, key uint64, priority float64, 
 	if err != nil {
 		return store.Ref{}, fmt.Errorf("sample: table %q: insert of key %d: %w", st.t.name, key, err)
 	}
-	st.nap.wake()
-	return ref, st.WaitAdmitted(ctx, ref.Seq+1)
+	return ref, st.WaitAdmitted(ctx, ref.Seq+1) // which wakes the ingest
 }
 
 // WaitAdmitted waits until the table has admitted every commit before seq (take seq
@@ -441,6 +467,7 @@ func (st *ShardTable) WaitAdmitted(ctx context.Context, seq uint64) error {
 		}
 		ch := st.progress
 		st.mu.Unlock()
+		st.nap.wake() // the commits waited for may be in the log already
 		select {
 		case <-ch:
 		case <-ctx.Done():

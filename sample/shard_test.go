@@ -38,6 +38,21 @@ func shardTable(t *testing.T, capacity int, cfg Config) (*ShardTable, *store.Sha
 	return st, sh
 }
 
+// commitRow writes payload k into a row of sh (any handle: the owner's, or
+// one standing for a writer process) and commits it with key k and
+// priority p.
+func commitRow(t *testing.T, ctx context.Context, sh *store.Shard, k uint64, p float64) {
+	t.Helper()
+	row, err := sh.Allocate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Fill(row, k)
+	if _, err := row.CommitKey(k, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func fill(id uint64) func(store.Pending) error {
 	return func(p store.Pending) error { storetest.Fill(p, id); return nil }
 }
@@ -111,14 +126,7 @@ func TestShardTableAdmitsOtherHandlesCommits(t *testing.T) {
 	}
 	defer w.Close()
 	for k := range uint64(5) {
-		p, err := w.Allocate(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		storetest.Fill(p, 100+k)
-		if _, err := p.CommitKey(100+k, float64(k)); err != nil {
-			t.Fatal(err)
-		}
+		commitRow(t, ctx, w, 100+k, float64(k))
 	}
 	if err := st.WaitAdmitted(ctx, w.CommitSeq()); err != nil {
 		t.Fatal(err)
@@ -698,14 +706,7 @@ func TestShardTableOnDeleteAfterRelease(t *testing.T) {
 	defer cancel()
 	const n = 200
 	for k := range uint64(n) {
-		p, err := sh.Allocate(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		storetest.Fill(p, k)
-		if _, err := p.CommitKey(k, 1); err != nil {
-			t.Fatal(err)
-		}
+		commitRow(t, ctx, sh, k, 1)
 	}
 	if err := st.WaitAdmitted(ctx, n); err != nil {
 		t.Fatal(err)
@@ -723,5 +724,84 @@ func TestShardTableOnDeleteAfterRelease(t *testing.T) {
 	}
 	if released != len(got) {
 		t.Fatalf("OnDelete saw %d of %d items before their rows were released", len(got)-released, len(got))
+	}
+}
+
+// TestShardTableWaitsWakeTheIngest: while commits come the ingest naps for
+// up to a few milliseconds (streamNap), and when they stop for up to the
+// poll interval; a call of the owner's process that waits for commits
+// wakes it instead of waiting out the nap: WaitAdmitted, and a call that
+// waits on the rate limiter while commits wait for admission. A call that
+// waits with nothing in the log, and the ingest's own waits on the limiter
+// in a pass, leave the nap alone.
+func TestShardTableWaitsWakeTheIngest(t *testing.T) {
+	spec := storetest.Spec(16)
+	spec.Remover = store.RemoverNone
+	sh := storetest.Create(t, spec)
+	st, err := NewShardTable(sh, Config{Name: "wake", Sampler: NewUniform(), Remover: NewFIFO(), RateLimit: MinSize(2)},
+		WithPollInterval(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := store.Attach(ctx, sh.Name()) // a writer process
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	woke := func(what string, want bool, f func()) {
+		t.Helper()
+		before := st.nap.mark()
+		f()
+		if got := st.nap.mark() != before; got != want {
+			t.Errorf("%s: woke the ingest %v, want %v", what, got, want)
+		}
+	}
+
+	// Waits that wake it.
+	woke("WaitAdmitted of a commit to come", true, func() {
+		short, stop := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer stop()
+		if err := st.WaitAdmitted(short, w.CommitSeq()+1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("WaitAdmitted of a commit never made: %v, want the deadline", err)
+		}
+	})
+	st.t.mu.Lock()
+	commitRow(t, ctx, w, 1, 1)
+	woke("a wait on the limiter with a commit in the log", true, st.beforeWaitLocked)
+	st.t.mu.Unlock()
+
+	// Waits that do not.
+	if err := st.WaitAdmitted(ctx, w.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	woke("a sample waiting for a second item with none in the log", false, func() {
+		short, stop := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer stop()
+		if _, err := st.Sample(short, 1); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("sample of a table of one item under MinSize(2): %v, want the deadline", err)
+		}
+	})
+	st.t.mu.Lock()
+	commitRow(t, ctx, w, 2, 1)
+	st.beginPassLocked()
+	woke("the ingest's own wait on the limiter in a pass", false, st.beforeWaitLocked)
+	st.deferring = false
+	st.t.mu.Unlock()
+
+	// The poll interval is an hour: the second item comes in through the
+	// wake of a sample waiting for it, or of WaitAdmitted.
+	b, err := st.Sample(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Release()
+	if err := st.WaitAdmitted(ctx, w.CommitSeq()); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Info().Size; n != 2 {
+		t.Fatalf("size %d, want 2", n)
 	}
 }

@@ -47,7 +47,7 @@ dtype = "int32"
 // gear_table_create does, and returns its handle.
 func newBenchTable(tb testing.TB) (h uint64, sh *shardHandle) {
 	tb.Helper()
-	return newSpecTable(tb, benchSpec, 4096)
+	return newSpecTable(tb, benchSpec, -1)
 }
 
 // newSpecTable builds spec's table with extra rows over a fresh shard, as
@@ -55,7 +55,7 @@ func newBenchTable(tb testing.TB) (h uint64, sh *shardHandle) {
 // test.
 func newSpecTable(tb testing.TB, spec string, extra int) (h uint64, sh *shardHandle) {
 	tb.Helper()
-	ss, cfg, err := buildTable(spec, extra)
+	ss, cfg, _, err := buildTable(spec, extra)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -292,6 +292,44 @@ dtype = "float32"
 	err := st.MutatePriorities([]sample.Update{{Key: 13, Priority: -2}}, nil)
 	if !errors.Is(err, sample.ErrPriority) || statusOf(err) != statusInvalid {
 		t.Fatalf("update to a negative priority: %v, want ErrPriority, an invalid argument", err)
+	}
+}
+
+// TestBuildTableExtraRows: -1 asks for the default extra rows, the table's
+// capacity or 8 MiB of rows, whichever is fewer, from 1024 to 16384; other
+// counts are taken as given, and a negative one other than -1 is refused.
+func TestBuildTableExtraRows(t *testing.T) {
+	spec := func(capacity, floats int) string {
+		return fmt.Sprintf("[table]\nname = \"t\"\ncapacity = %d\ntrajectory_length = 1\n[[table.columns]]\nname = \"x\"\ndtype = \"float32\"\nshape = [%d]\n",
+			capacity, floats)
+	}
+	for _, c := range []struct {
+		spec         string
+		extra, added int
+	}{
+		{benchSpec, -1, 16384},          // 400 B rows: 8 MiB holds 20971
+		{spec(100000, 256), -1, 8192},   // 1 KiB rows
+		{spec(100000, 7056), -1, 1024},  // 28,224 B rows (84x84 frames): 297
+		{spec(3000, 100), -1, 3000},     // the capacity
+		{spec(16, 2), -1, 1024},         // a small table keeps 1024
+		{spec(100000, 100), 0, 0},       // as given
+		{spec(100000, 100), 5000, 5000}, // as given
+	} {
+		ss, cfg, added, err := buildTable(c.spec, c.extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if added != c.added || ss.Capacity != cfg.MaxSize+1+c.added {
+			row := 0
+			for _, col := range ss.Columns {
+				row += col.BlockBytes()
+			}
+			t.Errorf("extra %d over capacity %d, rows of %d B: added %d rows (shard of %d), want %d",
+				c.extra, cfg.MaxSize, row, added, ss.Capacity, c.added)
+		}
+	}
+	if _, _, _, err := buildTable(spec(16, 2), -2); statusOf(err) != statusInvalid {
+		t.Errorf("extra rows -2: err %v, want an invalid argument", err)
 	}
 }
 

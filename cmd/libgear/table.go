@@ -131,34 +131,64 @@ func (h *shardHandle) table() (*sample.ShardTable, error) {
 	return h.st, nil
 }
 
+// The default extra rows (extra -1): the table's capacity or as many rows
+// as extraBytes hold, whichever is fewer, and from minExtraRows to
+// maxExtraRows. A full table's writers take its extra rows while the owner's
+// next look at the commit log, which frees their rows' victims, is due;
+// the owner looks at most every few milliseconds while commits come, and
+// fewer looks leave more of a busy machine's cores to the writers (two
+// Python row writers of 400 B rows: about 1.75x one with 16384 extra rows,
+// 1.65x with 4096 and 1.5x with 1024; docs/benchmarks.md, "Fewer looks
+// while commits come").
+const (
+	extraBytes   = 8 << 20
+	minExtraRows = 1024
+	maxExtraRows = 16384
+)
+
+// defaultExtraRows is the default extra rows of a table of capacity rows
+// whose shard spec is ss (before the extra rows).
+func defaultExtraRows(ss store.Spec, capacity int) int {
+	row := 0
+	for _, c := range ss.Columns {
+		row += c.BlockBytes()
+	}
+	return min(max(min(capacity, extraBytes/max(row, 1)), minExtraRows), maxExtraRows)
+}
+
 // buildTable decodes a job spec's [table] (a whole job spec, or a document
 // with only its [table]) with package jobs and builds it for one shard, with
-// extra rows beyond the table's capacity for writers in flight.
-func buildTable(spec string, extra int) (store.Spec, sample.Config, error) {
+// extra rows beyond the table's capacity for writers in flight (the default,
+// defaultExtraRows, for -1). It returns the extra rows it added.
+func buildTable(spec string, extra int) (store.Spec, sample.Config, int, error) {
 	s, err := jobs.DecodeDefaults([]byte(spec), "")
 	if err != nil {
-		return store.Spec{}, sample.Config{}, errmark.Mark(err, errInvalid) // the caller's spec
+		return store.Spec{}, sample.Config{}, 0, errmark.Mark(err, errInvalid) // the caller's spec
 	}
 	if s.Table == nil {
-		return store.Spec{}, sample.Config{}, invalidf("the spec has no [table]")
+		return store.Spec{}, sample.Config{}, 0, invalidf("the spec has no [table]")
 	}
 	ss, rt, err := s.Table.Build(1)
 	if err != nil {
-		return store.Spec{}, sample.Config{}, err
+		return store.Spec{}, sample.Config{}, 0, err
 	}
-	if extra < 0 {
-		return store.Spec{}, sample.Config{}, invalidf("extra rows %d: want >= 0", extra)
+	switch {
+	case extra == -1:
+		extra = defaultExtraRows(ss, rt.MaxSize)
+	case extra < 0:
+		return store.Spec{}, sample.Config{}, 0, invalidf("extra rows %d: want >= 0 (or -1: the default)", extra)
 	}
 	ss.Capacity += extra
 	cfg, err := sample.NewConfig(rt)
-	return ss, cfg, err
+	return ss, cfg, extra, err
 }
 
 // gear_table_create creates the shard segment (a whole shared-memory segment
 // name, such as gear_segment_name gives) with the table spec describes (a job
 // spec's TOML, or its [table] alone) and the table over it, whose random
 // choices seed fixes; extra is the number of rows beyond the table's capacity
-// for writers in flight. It stores the table's handle in out.
+// for writers in flight (-1: the default, see defaultExtraRows). It stores
+// the table's handle in out.
 //
 //export gear_table_create
 func gear_table_create(spec *C.char, specLen C.int64_t, seg *C.char, segLen C.int64_t, seed C.uint64_t, extra C.int64_t, out *C.uint64_t) (st C.int32_t) {
@@ -166,7 +196,7 @@ func gear_table_create(spec *C.char, specLen C.int64_t, seg *C.char, segLen C.in
 	if out == nil {
 		return nullArg("gear_table_create: out")
 	}
-	ss, cfg, err := buildTable(gostring(spec, specLen), int(extra))
+	ss, cfg, _, err := buildTable(gostring(spec, specLen), int(extra))
 	if err != nil {
 		return fail(err)
 	}
@@ -192,7 +222,7 @@ func gear_table_create(spec *C.char, specLen C.int64_t, seg *C.char, segLen C.in
 //export gear_table_restore
 func gear_table_restore(spec *C.char, specLen C.int64_t, path *C.char, pathLen C.int64_t, seg *C.char, segLen C.int64_t, seed C.uint64_t, extra C.int64_t, opOut *C.uint64_t) (st C.int32_t) {
 	defer guard(&st)
-	ss, cfg, err := buildTable(gostring(spec, specLen), int(extra))
+	ss, cfg, rows, err := buildTable(gostring(spec, specLen), int(extra))
 	if err != nil {
 		return fail(err)
 	}
@@ -201,7 +231,7 @@ func gear_table_restore(spec *C.char, specLen C.int64_t, path *C.char, pathLen C
 		s, err := store.Restore(ctx, p, name, store.WithSpec(ss))
 		if errors.Is(err, store.ErrLayout) {
 			return 0, fmt.Errorf("%w (this spec's table of capacity %d with extra_rows %d has a shard of %d rows: restore with the capacity and extra_rows of the table checkpointed)",
-				err, cfg.MaxSize, int(extra), ss.Capacity)
+				err, cfg.MaxSize, rows, ss.Capacity)
 		}
 		if err != nil {
 			return 0, err

@@ -631,12 +631,17 @@ class Sample:
             pass
 
 
+def _extra_rows(what, n):
+    """extra_rows as gear_table_create takes it: -1 for None (the default)."""
+    return -1 if n is None else _lib.integer(f"{what}: extra_rows", n, 0, _lib.I64[1])
+
+
 class Table(_Shard):
     """A replay table over a shard that this process owns. Writers in other
     processes attach by its segment name (Writer(table.segment)) and insert;
     the owner samples, updates priorities, deletes, checkpoints."""
 
-    def __init__(self, spec=None, segment=None, seed=0, extra_rows=1024, _handle=None, **table):
+    def __init__(self, spec=None, segment=None, seed=0, extra_rows=None, _handle=None, **table):
         """Create the table and its shard.
 
         spec: the table, as a job spec's TOML (a whole job spec or its [table]
@@ -645,11 +650,12 @@ class Table(_Shard):
         shared-memory name (default: segment_name("table.<name>.<rank>")).
         seed fixes the sampler's choices. extra_rows are rows beyond the
         table's capacity for writers in flight (rows allocated, not yet
-        admitted).
+        admitted); by default the capacity or as many rows as 8 MiB hold,
+        whichever is fewer, and from 1024 to 16384.
         """
         if _handle is None:
             seed = _lib.integer("Table: seed", seed)
-            extra_rows = _lib.integer("Table: extra_rows", extra_rows, 0, _lib.I64[1])
+            extra_rows = _extra_rows("Table", extra_rows)
             spec = _spec_text(spec, table)
             segment = segment or _default_segment(spec)
             s, sn = _lib.cstr(spec)
@@ -661,11 +667,12 @@ class Table(_Shard):
         self.name = self.info()["name"]
 
     @classmethod
-    def restore(cls, path, spec=None, segment=None, seed=0, extra_rows=1024, timeout=None, **table):
+    def restore(cls, path, spec=None, segment=None, seed=0, extra_rows=None, timeout=None, **table):
         """Make a table from the checkpoint at path (written by checkpoint),
-        with the layout spec describes."""
+        with the layout spec describes and the extra_rows of the table
+        checkpointed."""
         seed = _lib.integer("Table.restore: seed", seed)
-        extra_rows = _lib.integer("Table.restore: extra_rows", extra_rows, 0, _lib.I64[1])
+        extra_rows = _extra_rows("Table.restore", extra_rows)
         spec = _spec_text(spec, table)
         segment = segment or _default_segment(spec)
         s, sn = _lib.cstr(spec)

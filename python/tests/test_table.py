@@ -276,6 +276,23 @@ def test_checkpoint_and_restore(gear, make_table, tmp_path):
         gear.Table.restore(path, name="t", columns=cols, capacity=3, segment=t.segment + ".r2")
 
 
+def test_default_extra_rows(gear, make_table):
+    """extra_rows left out: the capacity or 8 MiB of rows, whichever is
+    fewer, from 1024 to 16384; given, as given. The shard has one row more
+    than the table's capacity and the extra rows."""
+    rows400 = [{"name": "obs", "dtype": "float32", "shape": [96]}, {"name": "a", "dtype": "int32"},
+               {"name": "r", "dtype": "float32"}, {"name": "d", "dtype": "float32"}, {"name": "f", "dtype": "int32"}]
+    for kw, want in [(dict(columns=rows400, capacity=20000), 20001 + 16384),
+                     (dict(columns=[{"name": "x", "dtype": "float32", "shape": [256]}], capacity=20000), 20001 + 8192),
+                     (dict(columns=rows400, capacity=3000), 3001 + 3000),
+                     (dict(capacity=16), 17 + 1024),
+                     (dict(capacity=16, extra_rows=0), 17),
+                     (dict(capacity=16, extra_rows=5), 22)]:
+        t = make_table(**kw)
+        assert t.info()["capacity"] == want, kw
+        t.close()
+
+
 def test_insert_one_row_kinds_and_full_shard(gear, make_table):
     """insert's staged row: arrays, numpy scalars and Python numbers land in
     their columns; a wrong dtype raises ValueError and commits nothing; an
