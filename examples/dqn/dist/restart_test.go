@@ -1,12 +1,21 @@
 package dist
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/gear-rl/gear/collective"
 	"github.com/gear-rl/gear/examples/dqn/agent"
+	"github.com/gear-rl/gear/rank"
+	"github.com/gear-rl/gear/roles/rolestest"
+	"github.com/gear-rl/gear/store"
 )
 
 // TestOrphans: with 2 trainers left of 5, trainer 0 takes the checkpoints of
@@ -99,5 +108,87 @@ func TestBoardKeepsTheSolvingMean(t *testing.T) {
 	if !solved || p.Episodes != 2 || p.MeanReturn != 70 || p.Frames != 30 || bd.solvedN != 2 {
 		t.Fatalf("after a later episode: solved %v, %d episodes, mean %v, %d frames (solved at %d); want 2, 70, 30 (2)",
 			solved, p.Episodes, p.MeanReturn, p.Frames, bd.solvedN)
+	}
+}
+
+// restartingBoot is a rank's bootstrap under a launcher that restarts the
+// world, as rank.World is under gearrun --max-restarts: the job's ID, the
+// generation and the job's checkpoint directory.
+type restartingBoot struct {
+	collective.Bootstrap
+	job, dir string
+	gen      int
+}
+
+func (b restartingBoot) JobID() string         { return b.job }
+func (b restartingBoot) CheckpointDir() string { return b.dir }
+func (b restartingBoot) RestartCount() int     { return b.gen }
+
+// TestWorldRestartedAfterTheSolve: under a launcher that restarts the world,
+// a trainer whose run is over leaves its shard as one stopped for a restart
+// does: a rank lost after the solve (an actor hung before it ended) restarts
+// the world too, and the next generation's trainer re-attaches the shard
+// with every committed row (docs/elastic.md, "What survives a restart"). The
+// job's end removes the shard: the launcher's, here the test's.
+func TestWorldRestartedAfterTheSolve(t *testing.T) {
+	dir := t.TempDir()
+	job := fmt.Sprintf("dqnsolvedrestart-%d", os.Getpid())
+	cfg := quick(50_000)
+	cfg.TargetReturn, cfg.Window = 60, 10
+	shard := rank.SegmentName(job, fmt.Sprintf("dqn.%s.0", cfg.Table))
+	t.Cleanup(func() { _ = store.Remove(shard) })
+	var mu sync.Mutex
+	var lines []string
+	generation := func(gen int) []Result {
+		t.Helper()
+		w := rolestest.World(t, 2, rolestest.OneHost)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		hooks := Hooks{Logf: func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			lines = append(lines, fmt.Sprintf(format, args...))
+		}}
+		res := make([]Result, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, role := range []string{RoleTrainer, RoleActor} {
+			wg.Go(func() {
+				res[i], errs[i] = Run(ctx, restartingBoot{Bootstrap: w.Bootstrap(i), job: job, dir: dir, gen: gen}, role, cfg, hooks)
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("generation %d, rank %d (%s): %v", gen, i, res[i].Role, err)
+			}
+		}
+		return res
+	}
+
+	if res := generation(0); !res[0].Solved {
+		t.Fatalf("generation 0 did not solve: %+v", res[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := store.Attach(ctx, shard)
+	if err != nil {
+		t.Fatalf("the shard after the solve: %v", err)
+	}
+	rows := s.Stats().Committed
+	s.Close()
+	if rows == 0 {
+		t.Fatal("the shard holds no committed row after the solve")
+	}
+
+	generation(1)
+	want := fmt.Sprintf("re-attached shard %s: ", shard)
+	i := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, want) })
+	if i < 0 {
+		t.Fatalf("generation 1's trainer did not re-attach the shard of %d rows; its lines:\n%s", rows, strings.Join(lines, "\n"))
+	}
+	var got int64
+	if _, err := fmt.Sscanf(lines[i][strings.Index(lines[i], want)+len(want):], "%d committed rows", &got); err != nil || got < int64(rows) {
+		t.Errorf("%q: want at least the %d committed rows generation 0 left (%v)", lines[i], rows, err)
 	}
 }

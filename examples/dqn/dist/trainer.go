@@ -132,10 +132,14 @@ func (r *rankRun) trainer(ctx context.Context, res *Result) (err error) {
 		return fmt.Errorf("dist: trainer: %w", err)
 	}
 	defer func() {
-		// A trainer stopped before its run is over (the launcher stops the
-		// world for a restart) leaves its shard for the next generation,
-		// every committed row in it; whoever ends the job removes it.
-		if checkpointDir(r.b) != "" && ctx.Err() != nil && !res.Solved {
+		// Under a launcher that restarts the world (a checkpoint directory)
+		// a trainer leaves its shard for the next generation, every
+		// committed row in it, whether it was stopped for a restart or its
+		// run is over: a rank lost after this trainer solved restarts the
+		// world too, and its trainer re-attaches the shard. The launcher
+		// removes the job's segments when the job ends for good
+		// (docs/elastic.md, "What survives a restart").
+		if checkpointDir(r.b) != "" {
 			shard.Detach()
 			return
 		}
