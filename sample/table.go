@@ -145,7 +145,7 @@ type Table struct {
 	evictions     uint64            // by trimLocked, for touchVictims
 	ahead         [victimsAhead]int // touchVictims' scratch
 	touchRows     func([]int)       // asks for what deleting the slots will write outside the table; nil: nothing
-	beforeWait    func()            // called with mu held before a call waits (ShardTable: flushPassLocked); may be nil
+	beforeWait    func()            // called with mu held before a call waits (ShardTable: beforeWaitLocked); may be nil
 	onPriority    func(Item)        // called with mu held after an item's priority changed (ShardTable: the row's); may be nil
 	restoredFrac  float64           // the fraction of a sample that restoredSamples carries to its next rows
 }

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gear-rl/gear/collective"
 	"github.com/gear-rl/gear/collective/collectivetest"
 	"github.com/gear-rl/gear/examples/dqn/agent"
 	"github.com/gear-rl/gear/examples/dqn/replay"
@@ -35,13 +36,19 @@ func quick(frames int64) Config {
 // roles[i], and returns each rank's result and error.
 func runRanks(t *testing.T, w *collectivetest.World, ranks []string, cfg Config, hooks Hooks) ([]Result, []error) {
 	t.Helper()
+	return runBoots(t, func(i int) collective.Bootstrap { return w.Bootstrap(i) }, ranks, cfg, hooks)
+}
+
+// runBoots is runRanks with rank i's bootstrap from boot(i).
+func runBoots(t *testing.T, boot func(int) collective.Bootstrap, ranks []string, cfg Config, hooks Hooks) ([]Result, []error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res := make([]Result, len(ranks))
 	errs := make([]error, len(ranks))
 	var wg sync.WaitGroup
 	for i, role := range ranks {
-		wg.Go(func() { res[i], errs[i] = Run(ctx, w.Bootstrap(i), role, cfg, hooks) })
+		wg.Go(func() { res[i], errs[i] = Run(ctx, boot(i), role, cfg, hooks) })
 	}
 	wg.Wait()
 	return res, errs

@@ -142,22 +142,15 @@ func TestWorldRestartedAfterTheSolve(t *testing.T) {
 	generation := func(gen int) []Result {
 		t.Helper()
 		w := rolestest.World(t, 2, rolestest.OneHost)
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
 		hooks := Hooks{Logf: func(format string, args ...any) {
 			mu.Lock()
 			defer mu.Unlock()
 			lines = append(lines, fmt.Sprintf(format, args...))
 		}}
-		res := make([]Result, 2)
-		errs := make([]error, 2)
-		var wg sync.WaitGroup
-		for i, role := range []string{RoleTrainer, RoleActor} {
-			wg.Go(func() {
-				res[i], errs[i] = Run(ctx, restartingBoot{Bootstrap: w.Bootstrap(i), job: job, dir: dir, gen: gen}, role, cfg, hooks)
-			})
+		boot := func(i int) collective.Bootstrap {
+			return restartingBoot{Bootstrap: w.Bootstrap(i), job: job, dir: dir, gen: gen}
 		}
-		wg.Wait()
+		res, errs := runBoots(t, boot, []string{RoleTrainer, RoleActor}, cfg, hooks)
 		for i, err := range errs {
 			if err != nil {
 				t.Fatalf("generation %d, rank %d (%s): %v", gen, i, res[i].Role, err)
